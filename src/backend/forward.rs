@@ -1,0 +1,112 @@
+//! The `forward!` macro behind every file of this folder, and [`Rebind`].
+
+use super::{HypatiaBackend, Inner};
+use burn_backend::TensorPrimitive;
+use burn_backend::ops::{
+    DeformConv2dBackward, MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward,
+    MaxPool2dWithIndices, TransactionPrimitive,
+};
+use burn_backend::quantization::QuantizationParametersPrimitive;
+use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
+
+/// Expands one-line trait method signatures into methods that call the inner backend.
+///
+/// ```text
+/// forward! { FloatTensorOps<Inner<R, F, I, BT>> {
+///     fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self>;
+/// }}
+/// ```
+///
+/// becomes `fn float_add(lhs, rhs) -> .. { <Inner<..> as FloatTensorOps<Inner<..>>>::float_add(lhs, rhs) }`.
+/// Both backends share their tensor primitives; the few types generic over the backend
+/// (`TensorPrimitive<B>`, pooling results, ...) go through [`Rebind`], a move of the same fields.
+/// Methods returning `impl Future` forward the inner future as is.
+macro_rules! forward {
+    ($trait:ident<$inner:ty> {
+        $(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*
+    }) => {
+        $(
+            fn $name($($arg: $ty),*) -> $ret {
+                use $crate::backend::forward::Rebind as _;
+                <$inner as $trait<$inner>>::$name($($arg.rebind()),*).rebind()
+            }
+        )*
+    };
+}
+
+pub(crate) use forward;
+
+/// The same value seen with the other backend as type parameter.
+pub(crate) trait Rebind<T> {
+    fn rebind(self) -> T;
+}
+
+impl<T> Rebind<T> for T {
+    fn rebind(self) -> T {
+        self
+    }
+}
+
+/// Implements [`Rebind`] both ways for a struct generic over the backend, field by field.
+macro_rules! rebind_struct {
+    ($($name:ident { $($field:ident),* })*) => {$(
+        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+            Rebind<$name<Inner<R, F, I, BT>>> for $name<HypatiaBackend<R, F, I, BT>>
+        {
+            fn rebind(self) -> $name<Inner<R, F, I, BT>> {
+                $name { $($field: self.$field),* }
+            }
+        }
+        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+            Rebind<$name<HypatiaBackend<R, F, I, BT>>> for $name<Inner<R, F, I, BT>>
+        {
+            fn rebind(self) -> $name<HypatiaBackend<R, F, I, BT>> {
+                $name { $($field: self.$field),* }
+            }
+        }
+    )*};
+}
+
+rebind_struct! {
+    DeformConv2dBackward { x_grad, offset_grad, weight_grad, mask_grad, bias_grad }
+    MaxPool1dBackward { x_grad }
+    MaxPool1dWithIndices { output, indices }
+    MaxPool2dBackward { x_grad }
+    MaxPool2dWithIndices { output, indices }
+    QuantizationParametersPrimitive { scales }
+}
+
+// `TransactionPrimitive` has a private field (its read order), empty on the way in from
+// `Fusion`, which builds it with `new`; so does this.
+macro_rules! rebind_transaction {
+    ($from:ident => $to:ident) => {
+        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+            Rebind<TransactionPrimitive<$to<R, F, I, BT>>> for TransactionPrimitive<$from<R, F, I, BT>>
+        {
+            fn rebind(self) -> TransactionPrimitive<$to<R, F, I, BT>> {
+                TransactionPrimitive::new(self.read_floats, self.read_qfloats, self.read_ints, self.read_bools)
+            }
+        }
+    };
+}
+
+rebind_transaction!(HypatiaBackend => Inner);
+rebind_transaction!(Inner => HypatiaBackend);
+
+macro_rules! rebind_primitive {
+    ($from:ident => $to:ident) => {
+        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+            Rebind<TensorPrimitive<$to<R, F, I, BT>>> for TensorPrimitive<$from<R, F, I, BT>>
+        {
+            fn rebind(self) -> TensorPrimitive<$to<R, F, I, BT>> {
+                match self {
+                    TensorPrimitive::Float(tensor) => TensorPrimitive::Float(tensor),
+                    TensorPrimitive::QFloat(tensor) => TensorPrimitive::QFloat(tensor),
+                }
+            }
+        }
+    };
+}
+
+rebind_primitive!(HypatiaBackend => Inner);
+rebind_primitive!(Inner => HypatiaBackend);

@@ -1,0 +1,205 @@
+//! The window of ops a fuser has been fed.
+
+use burn_ir::{
+    BaseOperationIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, TensorId,
+    TensorIr, TensorStatus,
+};
+use std::collections::HashMap;
+
+/// The op kinds Hypatia reasons about; everything else is [`OpKind::Opaque`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// `float_matmul(lhs, rhs)`.
+    Matmul,
+    /// `float_add(lhs, rhs)`, broadcasting.
+    Add,
+    /// `float_reshape(input)`; the target shape is the output's.
+    Reshape,
+    /// `float_swap_dims(input, dim1, dim2)`.
+    SwapDims {
+        /// First dim.
+        dim1: usize,
+        /// Second dim.
+        dim2: usize,
+    },
+    /// `float_lower_equal_elem(lhs, scalar)` (relu's mask).
+    LowerEqualElem,
+    /// `float_lower_elem(lhs, scalar)` (clamp_min's mask).
+    LowerElem,
+    /// `float_lower(lhs, rhs)` (max_pair's mask).
+    Lower,
+    /// `float_mask_fill(tensor, mask, scalar)`.
+    MaskFill,
+    /// `float_mask_where(tensor, mask, value)`.
+    MaskWhere,
+    /// `float_zeros(shape)`.
+    Zeros,
+    /// `float_full(shape, scalar)`.
+    Full,
+    /// Any op Hypatia does not understand.
+    Opaque,
+}
+
+impl OpKind {
+    /// Whether a Linear+activation pattern can contain this kind: the fuser stays open only
+    /// while such ops arrive.
+    pub fn is_pattern_kind(&self) -> bool {
+        !matches!(self, OpKind::Opaque)
+    }
+}
+
+/// One op of the window, classified, with its tensors in a fixed order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapturedOp {
+    /// What the op computes.
+    pub kind: OpKind,
+    /// Input tensors, in the op's argument order (for `MaskFill`: tensor, mask).
+    pub inputs: Vec<TensorIr>,
+    /// Output tensors (one for every kind Hypatia understands).
+    pub outputs: Vec<TensorIr>,
+    /// Relative scalar ids the op reads (for `LowerEqualElem`, `MaskFill`, `Full`, ...).
+    pub scalars: Vec<u64>,
+}
+
+impl CapturedOp {
+    /// Classifies one relative op.
+    pub fn new(op: &OperationIr) -> Self {
+        let (kind, inputs, output, scalars): (OpKind, Vec<&TensorIr>, &TensorIr, Vec<&ScalarIr>) =
+            match op {
+                OperationIr::Float(_, FloatOperationIr::Matmul(m)) => {
+                    (OpKind::Matmul, vec![&m.lhs, &m.rhs], &m.out, vec![])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::Add(b)) => {
+                    (OpKind::Add, vec![&b.lhs, &b.rhs], &b.out, vec![])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::Lower(b)) => {
+                    (OpKind::Lower, vec![&b.lhs, &b.rhs], &b.out, vec![])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::LowerEqualElem(s)) => {
+                    (OpKind::LowerEqualElem, vec![&s.lhs], &s.out, vec![&s.rhs])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::LowerElem(s)) => {
+                    (OpKind::LowerElem, vec![&s.lhs], &s.out, vec![&s.rhs])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::Full(f)) => {
+                    (OpKind::Full, vec![], &f.out, vec![&f.value])
+                }
+                OperationIr::BaseFloat(BaseOperationIr::Reshape(r)) => {
+                    (OpKind::Reshape, vec![&r.input], &r.out, vec![])
+                }
+                OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) => {
+                    let kind = OpKind::SwapDims { dim1: s.dim1, dim2: s.dim2 };
+                    (kind, vec![&s.input], &s.out, vec![])
+                }
+                OperationIr::BaseFloat(BaseOperationIr::MaskFill(m)) => {
+                    (OpKind::MaskFill, vec![&m.tensor, &m.mask], &m.out, vec![&m.value])
+                }
+                OperationIr::BaseFloat(BaseOperationIr::MaskWhere(m)) => {
+                    (OpKind::MaskWhere, vec![&m.tensor, &m.mask, &m.value], &m.out, vec![])
+                }
+                OperationIr::BaseFloat(BaseOperationIr::Zeros(z)) => {
+                    (OpKind::Zeros, vec![], &z.out, vec![])
+                }
+                _ => return Self::opaque(op),
+            };
+        Self {
+            kind,
+            inputs: inputs.into_iter().cloned().collect(),
+            outputs: vec![output.clone()],
+            scalars: scalars.into_iter().filter_map(relative_scalar_id).collect(),
+        }
+    }
+
+    fn opaque(op: &OperationIr) -> Self {
+        Self {
+            kind: OpKind::Opaque,
+            inputs: op.inputs().cloned().collect(),
+            outputs: op.outputs().cloned().collect(),
+            scalars: vec![],
+        }
+    }
+
+    /// The single output of an op Hypatia understands.
+    pub fn out(&self) -> &TensorIr {
+        &self.outputs[0]
+    }
+}
+
+/// In relative form every scalar is `UInt(id)`; a literal here means an absolute op.
+fn relative_scalar_id(scalar: &ScalarIr) -> Option<u64> {
+    match scalar {
+        ScalarIr::UInt(id) => Some(*id),
+        _ => None,
+    }
+}
+
+/// The ops a fuser has been fed, in block order, with the producer of each tensor.
+#[derive(Clone, Debug, Default)]
+pub struct Window {
+    ops: Vec<CapturedOp>,
+    producers: HashMap<TensorId, usize>,
+}
+
+impl Window {
+    /// An empty window.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends one relative op.
+    pub fn push(&mut self, op: &OperationIr) {
+        let captured = CapturedOp::new(op);
+        for out in &captured.outputs {
+            self.producers.insert(out.id, self.ops.len());
+        }
+        self.ops.push(captured);
+    }
+
+    /// The ops, in block order.
+    pub fn ops(&self) -> &[CapturedOp] {
+        &self.ops
+    }
+
+    /// Number of ops.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether no op was fed.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Index of the op producing `tensor`, if it is produced in the window.
+    pub fn find_producer(&self, tensor: TensorId) -> Option<usize> {
+        self.producers.get(&tensor).copied()
+    }
+
+    /// Indices of the ops that read `tensor`.
+    pub fn find_readers(&self, tensor: TensorId) -> impl Iterator<Item = usize> + '_ {
+        self.ops
+            .iter()
+            .enumerate()
+            .filter(move |(_, op)| op.inputs.iter().any(|t| t.id == tensor))
+            .map(|(index, _)| index)
+    }
+
+    /// The status of `tensor` at its last read among `ops` (indices into the window).
+    pub fn find_last_status(&self, tensor: TensorId, ops: &[usize]) -> Option<TensorStatus> {
+        let mut sorted = ops.to_vec();
+        sorted.sort_unstable();
+        sorted.iter().rev().find_map(|&index| {
+            self.ops[index]
+                .inputs
+                .iter()
+                .rev()
+                .find(|t| t.id == tensor)
+                .map(|t| t.status)
+        })
+    }
+
+    /// A stable key of the window's content, for caching rewrite results.
+    pub fn key(&self) -> String {
+        format!("{:?}", self.ops)
+    }
+}

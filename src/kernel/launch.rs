@@ -1,0 +1,240 @@
+//! Host side of the fused kernel: validate, lay out operands, allocate outputs, launch.
+
+use super::tiled::{CUBE_SIDE, TILE_M, TILE_N, fused_linear_kernel};
+use super::{Epilogue, KernelError};
+use burn_backend::{DType, Shape};
+use burn_cubecl_fusion::CubeFusionHandle;
+use burn_std::Strides;
+use cubecl::prelude::*;
+
+/// Cubes one launch may have along an axis (CUDA's y/z limit; wgpu's default is the same).
+const MAX_CUBES_PER_AXIS: usize = 65_535;
+
+/// One operand: a device handle and its real shape (strides live in the handle).
+#[derive(Clone, Debug)]
+pub struct Operand<R: Runtime> {
+    /// The device buffer, dtype and strides.
+    pub handle: CubeFusionHandle<R>,
+    /// The real shape.
+    pub shape: Vec<usize>,
+}
+
+/// What one fused launch produced.
+#[derive(Debug)]
+pub struct LinearOutputs<R: Runtime> {
+    /// The activation, contiguous.
+    pub out: CubeFusionHandle<R>,
+    /// The pre-activation, when asked for.
+    pub pre: Option<CubeFusionHandle<R>>,
+    /// Shape of both outputs.
+    pub shape: Vec<usize>,
+}
+
+/// A validated problem: everything the launch needs, nothing allocated yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinearProblem {
+    /// Output shape `[batch.., m, n]`.
+    pub out_shape: Vec<usize>,
+    /// Element type of every operand and output.
+    pub dtype: DType,
+    /// Product of the batch dims.
+    pub batch: usize,
+}
+
+/// Checks that `lhs · rhs (+ bias)` is a problem the kernel runs, without touching the device.
+///
+/// # Errors
+/// A [`KernelError`] naming the first thing the kernel does not support.
+pub fn check_linear(
+    lhs: (&[usize], DType),
+    rhs: (&[usize], DType),
+    bias: Option<(&[usize], DType)>,
+) -> Result<LinearProblem, KernelError> {
+    let dtype = lhs.1;
+    let supported = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+    if !supported || rhs.1 != dtype || bias.is_some_and(|b| b.1 != dtype) {
+        return Err(KernelError::UnsupportedDtype {
+            lhs: lhs.1,
+            rhs: rhs.1,
+            bias: bias.map(|b| b.1),
+        });
+    }
+    let incompatible = || KernelError::IncompatibleShapes {
+        lhs: lhs.0.to_vec(),
+        rhs: rhs.0.to_vec(),
+        bias: bias.map(|b| b.0.to_vec()),
+    };
+    let out_shape = matmul_out_shape(lhs.0, rhs.0).ok_or_else(incompatible)?;
+    let n = out_shape[out_shape.len() - 1];
+    if let Some((shape, _)) = bias {
+        let (last, rest) = shape.split_last().ok_or_else(incompatible)?;
+        if *last != n || rest.iter().any(|&d| d != 1) || shape.len() > out_shape.len() {
+            return Err(incompatible());
+        }
+    }
+    let m = out_shape[out_shape.len() - 2];
+    let batch: usize = out_shape[..out_shape.len() - 2].iter().product();
+    if m == 0 || n == 0 || batch == 0 {
+        return Err(KernelError::Empty { m, n, batch });
+    }
+    let cubes = [n.div_ceil(TILE_N), m.div_ceil(TILE_M), batch];
+    if let Some(&cubes) = cubes.iter().find(|&&c| c > MAX_CUBES_PER_AXIS) {
+        return Err(KernelError::GridTooLarge {
+            cubes,
+            limit: MAX_CUBES_PER_AXIS,
+        });
+    }
+    Ok(LinearProblem {
+        out_shape,
+        dtype,
+        batch,
+    })
+}
+
+/// Broadcast matmul output shape with real dims; `None` if `k` or a batch dim disagrees.
+fn matmul_out_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>> {
+    let (lr, rr) = (lhs.len(), rhs.len());
+    if lr < 2 || rr < 2 || lhs[lr - 1] != rhs[rr - 2] {
+        return None;
+    }
+    let rank = lr.max(rr);
+    let padded = |shape: &[usize], i: usize| {
+        let pad = rank - shape.len();
+        if i < pad { 1 } else { shape[i - pad] }
+    };
+    let mut out: Vec<usize> = (0..rank - 2)
+        .map(|i| match (padded(lhs, i), padded(rhs, i)) {
+            (a, b) if a == b => Some(a),
+            (1, b) => Some(b),
+            (a, 1) => Some(a),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    out.extend([lhs[lr - 2], rhs[rr - 1]]);
+    Some(out)
+}
+
+/// A tensor argument of rank `rank`: leading dims padded with size 1, and every size-1 dim
+/// read with stride 0 so batch broadcasting needs no branch in the kernel.
+fn broadcast_arg<R: Runtime>(operand: &Operand<R>, rank: usize) -> TensorArg<R> {
+    let pad = rank - operand.shape.len();
+    let mut shape = vec![1; pad];
+    shape.extend(&operand.shape);
+    let mut strides = vec![0; pad];
+    strides.extend(operand.handle.strides.iter().copied());
+    for (stride, dim) in strides.iter_mut().zip(&shape) {
+        if *dim == 1 {
+            *stride = 0;
+        }
+    }
+    let mut handle = operand.handle.clone();
+    handle.strides = Strides::new(&strides);
+    handle.into_tensor_arg(Shape::from(shape))
+}
+
+fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+fn alloc<R: Runtime>(like: &CubeFusionHandle<R>, shape: &[usize], dtype: DType) -> CubeFusionHandle<R> {
+    let bytes = shape.iter().product::<usize>() * dtype.size();
+    CubeFusionHandle {
+        client: like.client.clone(),
+        handle: like.client.empty(bytes),
+        device: like.device.clone(),
+        dtype,
+        strides: Strides::new(&contiguous_strides(shape)),
+        qparams: None,
+    }
+}
+
+/// Launches `out = epilogue(lhs · rhs + bias)` (and `pre = lhs · rhs + bias` if `write_pre`).
+///
+/// # Errors
+/// The [`KernelError`] of [`check_linear`]; nothing is launched or allocated then.
+pub fn launch_fused_linear<R: Runtime>(
+    lhs: &Operand<R>,
+    rhs: &Operand<R>,
+    bias: Option<&Operand<R>>,
+    epilogue: Epilogue,
+    write_pre: bool,
+) -> Result<LinearOutputs<R>, KernelError> {
+    let problem = check_linear(
+        (&lhs.shape, lhs.handle.dtype),
+        (&rhs.shape, rhs.handle.dtype),
+        bias.map(|b| (b.shape.as_slice(), b.handle.dtype)),
+    )?;
+    let shape = problem.out_shape;
+    let rank = shape.len();
+    let (m, n) = (shape[rank - 2], shape[rank - 1]);
+    let client = lhs.handle.client.clone();
+
+    let out = alloc(&lhs.handle, &shape, problem.dtype);
+    // Absent tensors are bound to a one-element dummy: wgpu rejects one buffer bound twice.
+    let dummy = || alloc(&lhs.handle, &[1], problem.dtype);
+    let pre = write_pre.then(|| alloc(&lhs.handle, &shape, problem.dtype));
+    let bias_arg = match bias {
+        Some(bias) => {
+            let mut handle = bias.handle.clone();
+            let stride = *handle.strides.last().unwrap_or(&1);
+            handle.strides = Strides::new(&[stride]);
+            handle.into_tensor_arg(Shape::from(vec![n]))
+        }
+        None => dummy().into_tensor_arg(Shape::from(vec![1])),
+    };
+    let pre_arg = match &pre {
+        Some(pre) => pre.clone().into_tensor_arg(Shape::from(shape.clone())),
+        None => dummy().into_tensor_arg(Shape::from(vec![1])),
+    };
+
+    let cube_count = CubeCount::Static(
+        n.div_ceil(TILE_N) as u32,
+        m.div_ceil(TILE_M) as u32,
+        problem.batch as u32,
+    );
+    let cube_dim = CubeDim::new_2d(CUBE_SIDE as u32, CUBE_SIDE as u32);
+    fused_linear_kernel::launch::<R>(
+        &client,
+        cube_count,
+        cube_dim,
+        broadcast_arg(lhs, rank),
+        broadcast_arg(rhs, rank),
+        bias_arg,
+        out.clone().into_tensor_arg(Shape::from(shape.clone())),
+        pre_arg,
+        bias.is_some(),
+        write_pre,
+        matches!(epilogue, Epilogue::Relu),
+        problem.dtype.into(),
+    );
+    Ok(LinearOutputs { out, pre, shape })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_broadcast_batch_and_bias() {
+        let problem = check_linear((&[2, 3, 4], DType::F32), (&[4, 5], DType::F32), Some((&[5], DType::F32)));
+        assert_eq!(problem.unwrap().out_shape, vec![2, 3, 5]);
+        let problem = check_linear((&[2, 3, 4], DType::F32), (&[1, 4, 5], DType::F32), Some((&[1, 1, 5], DType::F32)));
+        assert_eq!(problem.unwrap().batch, 2);
+    }
+
+    #[test]
+    fn rejects_what_the_kernel_cannot_run() {
+        let err = check_linear((&[3, 4], DType::F32), (&[5, 6], DType::F32), None).unwrap_err();
+        assert_eq!(err.key(), "incompatible-shapes");
+        let err = check_linear((&[3, 4], DType::F32), (&[4, 6], DType::F32), Some((&[2, 6], DType::F32))).unwrap_err();
+        assert_eq!(err.key(), "incompatible-shapes");
+        let err = check_linear((&[3, 4], DType::F64), (&[4, 6], DType::F64), None).unwrap_err();
+        assert_eq!(err.key(), "unsupported-dtype");
+        let err = check_linear((&[0, 4], DType::F32), (&[4, 6], DType::F32), None).unwrap_err();
+        assert_eq!(err.key(), "empty");
+    }
+}

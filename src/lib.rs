@@ -1,0 +1,77 @@
+//! # Hypatia
+//!
+//! Makes Burn models faster without changing them. Swap one type:
+//!
+//! ```ignore
+//! type B = hypatia::Hypatia<burn::backend::Wgpu>;          // or Hypatia<Cuda>
+//! type T = burn::backend::Autodiff<hypatia::Hypatia<burn::backend::Wgpu>>; // to train
+//! ```
+//!
+//! Hypatia sits in Burn's lazy op stream (burn-fusion) and runs five stages:
+//!
+//! 1. **[`capture`]**: the fuser is fed Burn's `OperationIr`s; they become a [`Window`](capture::Window).
+//! 2. **[`rewrite`]**: the window is lowered into an egg e-graph and rewritten until
+//!    `relu(matmul(x, w) + reshape(b))`, in every form Burn emits, is a `fused-linear-relu` node.
+//! 3. **[`plan`]**: the cheapest extraction becomes a serialisable [`Plan`](plan::Plan) that
+//!    replays without egg.
+//! 4. **[`kernel`]**: each fused step is one CubeCL tiled matmul with a bias + activation epilogue.
+//! 5. **[`fallback`]**: whatever Hypatia does not claim, or cannot run, runs on the inner backend
+//!    exactly as before, and Burn's own fusers still see every op Hypatia leaves alone.
+//!
+//! [`runtime`] holds the burn-fusion roles that tie the stages together, [`backend`] the type that
+//! forwards every op to the inner `CubeBackend`, and [`stats()`] tells what was fused and why not.
+//!
+//! The rewrite stage needs no device:
+//!
+//! ```
+//! use hypatia::rewrite::{Limits, TensorGraph, saturate};
+//! // relu(x·W + b) as Burn 0.21 emits it for `nn::Linear` + `relu`.
+//! let expr = "(mask-fill (add (matmul t1:f32:1x2 t2:f32:2x3) (reshape t3:f32:3 shape:0x3))
+//!                        (le (add (matmul t1:f32:1x2 t2:f32:2x3) (reshape t3:f32:3 shape:0x3)) scalar:0)
+//!                        scalar:1)";
+//! let mut egraph = TensorGraph::default();
+//! let root = egraph.add_expr(&expr.parse().unwrap());
+//! let best = saturate(egraph, &Limits::default()).find_best(root).1;
+//! assert_eq!(best.to_string(), "(fused-linear-relu t1:f32:1x2 t2:f32:2x3 t3:f32:3)");
+//! ```
+#![warn(missing_docs)]
+
+pub mod capture;
+pub mod rewrite;
+pub mod plan;
+pub mod kernel;
+pub mod fallback;
+pub mod runtime;
+pub mod backend;
+mod stats;
+
+pub use backend::HypatiaBackend;
+pub use runtime::{HypatiaFuser, HypatiaOptimization, HypatiaRuntime};
+pub use stats::{EggStats, FusionStats, PatternStats, reset_stats, stats};
+
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::{Fusion, FusionBackend};
+
+/// Maps a Burn backend to the Hypatia backend that decorates it.
+///
+/// Implemented for `Fusion<CubeBackend<..>>` (what `burn::backend::Wgpu` and `Cuda` are) and for
+/// a bare `CubeBackend<..>`; both decorate the same inner `CubeBackend`.
+pub trait Decorate {
+    /// The delegating backend whose fusion runtime is Hypatia's.
+    type Backend: FusionBackend;
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Decorate
+    for Fusion<CubeBackend<R, F, I, BT>>
+{
+    type Backend = HypatiaBackend<R, F, I, BT>;
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Decorate
+    for CubeBackend<R, F, I, BT>
+{
+    type Backend = HypatiaBackend<R, F, I, BT>;
+}
+
+/// `B` with Hypatia's fused Linear kernels: `Hypatia<Wgpu>`, `Hypatia<Cuda<bf16>>`, ...
+pub type Hypatia<B> = Fusion<<B as Decorate>::Backend>;

@@ -1,0 +1,269 @@
+//! From a rewritten window to a [`Claim`].
+
+use super::{FusedLinear, Plan, Step, TensorRef};
+use crate::capture::{Lowered, OpKind, Window};
+use crate::kernel::Epilogue;
+use crate::rewrite::{CostModel, Saturated, TensorLang};
+use burn_ir::{TensorId, TensorStatus};
+use egg::Extractor;
+use serde::Serialize;
+use std::collections::{BTreeSet, HashSet};
+
+/// Why a window was not claimed (a decision, not an error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Reason {
+    /// Extraction chose no fused node.
+    NoMatch,
+    /// The block's first op is not part of a match; Burn's fusers take the leading ops.
+    NotAtBlockStart,
+    /// A value inside the pattern (the matmul output, the mask) is read by something else.
+    KeepsIntermediate,
+    /// An operand of the fused node is a value the fused kernels never write.
+    InputNotMaterialized,
+    /// Two matches share ops.
+    Overlap,
+    /// An op between a match's first op and its end reads the match's operands or insides.
+    InterleavedRead,
+}
+
+impl Reason {
+    /// A short stable name, used as a key in [`FusionStats`](crate::FusionStats).
+    pub fn key(&self) -> &'static str {
+        match self {
+            Reason::NoMatch => "no-match",
+            Reason::NotAtBlockStart => "not-at-block-start",
+            Reason::KeepsIntermediate => "keeps-intermediate",
+            Reason::InputNotMaterialized => "input-not-materialized",
+            Reason::Overlap => "overlap",
+            Reason::InterleavedRead => "interleaved-read",
+        }
+    }
+}
+
+/// The outcome of planning one window.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Claim {
+    /// Claim a block prefix and run this plan.
+    Fused(Plan),
+    /// Leave the window to Burn.
+    Declined(Reason),
+}
+
+/// A fused node chosen by extraction, with its operands as window tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The activation output (a `mask_fill` / `mask_where` output).
+    pub root: TensorId,
+    /// Left operand.
+    pub x: TensorId,
+    /// Right operand.
+    pub w: TensorId,
+    /// Bias.
+    pub bias: Option<TensorId>,
+    /// The activation.
+    pub epilogue: Epilogue,
+}
+
+/// The roots whose cheapest term is a fused node, in window order.
+pub fn find_candidates(window: &Window, lowered: &Lowered, saturated: &Saturated) -> Vec<Candidate> {
+    let extractor = Extractor::new(&saturated.egraph, CostModel);
+    let egraph = &saturated.egraph;
+    let raw: Vec<_> = lowered
+        .roots
+        .iter()
+        .filter_map(|root| match extractor.find_best_node(lowered.class_of[root]) {
+            TensorLang::FusedLinearRelu([x, w, b]) => Some((*root, [*x, *w, *b])),
+            _ => None,
+        })
+        .collect();
+    let roots: HashSet<TensorId> = raw.iter().map(|(root, _)| *root).collect();
+    // An operand class may hold several window tensors: prefer one that is certainly
+    // materialised (read from outside the window, or another match's output).
+    let tensor_of = |class| {
+        let tensors = lowered.find_tensors(egraph, class);
+        let is_leaf = |t: &TensorId| {
+            window.find_producer(*t).is_none_or(|p| window.ops()[p].kind == OpKind::Opaque)
+        };
+        let leaf = tensors.iter().find(|t| is_leaf(t));
+        leaf.or_else(|| tensors.iter().find(|t| roots.contains(t)))
+            .or(tensors.first())
+            .copied()
+    };
+    raw.into_iter()
+        .filter_map(|(root, [x, w, b])| {
+            Some(Candidate {
+                root,
+                x: tensor_of(x)?,
+                w: tensor_of(w)?,
+                bias: Some(tensor_of(b)?),
+                epilogue: Epilogue::Relu,
+            })
+        })
+        .collect()
+}
+
+/// A candidate with the block ops it covers.
+struct Covered {
+    candidate: Candidate,
+    ops: BTreeSet<usize>,
+    pre: Option<TensorId>,
+}
+
+impl Covered {
+    fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
+        let c = &self.candidate;
+        [Some(c.x), Some(c.w), c.bias].into_iter().flatten()
+    }
+
+    fn intermediates<'a>(&'a self, window: &'a Window) -> impl Iterator<Item = TensorId> + 'a {
+        self.ops
+            .iter()
+            .map(|&i| window.ops()[i].out().id)
+            .filter(|t| *t != self.candidate.root && Some(*t) != self.pre)
+    }
+}
+
+/// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
+fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
+    let operands: HashSet<TensorId> =
+        [Some(candidate.x), Some(candidate.w), candidate.bias].into_iter().flatten().collect();
+    let mut ops = BTreeSet::new();
+    let mut stack = vec![candidate.root];
+    while let Some(tensor) = stack.pop() {
+        if operands.contains(&tensor) {
+            continue;
+        }
+        let producer = window.find_producer(tensor).ok_or(Reason::InputNotMaterialized)?;
+        if window.ops()[producer].kind == OpKind::Opaque {
+            return Err(Reason::InputNotMaterialized);
+        }
+        if ops.insert(producer) {
+            stack.extend(window.ops()[producer].inputs.iter().map(|t| t.id));
+        }
+    }
+    let ops_list: Vec<usize> = ops.iter().copied().collect();
+    let pre = ops
+        .iter()
+        .map(|&i| &window.ops()[i])
+        .find(|op| op.kind == OpKind::Add)
+        .map(|op| op.out().id);
+    for &index in &ops {
+        let value = window.ops()[index].out().id;
+        if value == candidate.root {
+            continue;
+        }
+        let read_outside = window.find_readers(value).any(|reader| !ops.contains(&reader));
+        let kept = window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly);
+        if (read_outside || kept) && Some(value) != pre {
+            return Err(Reason::KeepsIntermediate);
+        }
+    }
+    let pre_kept = pre.filter(|&p| {
+        window.find_readers(p).any(|reader| !ops.contains(&reader))
+            || window.find_last_status(p, &ops_list) == Some(TensorStatus::ReadOnly)
+    });
+    Ok(Covered {
+        candidate: candidate.clone(),
+        ops,
+        pre: pre_kept,
+    })
+}
+
+/// Plans the candidates of one window: which prefix of the block to claim and how to run it.
+pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
+    let mut first_decline = None;
+    let mut accepted: Vec<Covered> = Vec::new();
+    for candidate in candidates {
+        match cover(window, candidate) {
+            Ok(covered) if accepted.iter().any(|a| !a.ops.is_disjoint(&covered.ops)) => {
+                first_decline.get_or_insert(Reason::Overlap);
+            }
+            Ok(covered) => accepted.push(covered),
+            Err(reason) => {
+                first_decline.get_or_insert(reason);
+            }
+        }
+    }
+    // A match may not read another match's insides: the fused kernels never write them.
+    loop {
+        let insides: HashSet<TensorId> =
+            accepted.iter().flat_map(|a| a.intermediates(window)).collect();
+        let before = accepted.len();
+        accepted.retain(|a| a.operands().all(|t| !insides.contains(&t)));
+        if accepted.len() == before {
+            break;
+        }
+        first_decline.get_or_insert(Reason::InputNotMaterialized);
+    }
+    if accepted.is_empty() {
+        return Claim::Declined(first_decline.unwrap_or(Reason::NoMatch));
+    }
+    let covered: BTreeSet<usize> = accepted.iter().flat_map(|a| a.ops.iter().copied()).collect();
+    if !covered.contains(&0) {
+        return Claim::Declined(Reason::NotAtBlockStart);
+    }
+    let len = covered.last().expect("not empty") + 1;
+    if let Err(reason) = check_interleaved(window, &accepted, &covered, len) {
+        return Claim::Declined(reason);
+    }
+    Claim::Fused(assemble(window, &accepted, &covered, len))
+}
+
+/// Ops run between fused steps must not read insides, nor operands a pending step still needs.
+fn check_interleaved(
+    window: &Window,
+    accepted: &[Covered],
+    covered: &BTreeSet<usize>,
+    len: usize,
+) -> Result<(), Reason> {
+    let insides: HashSet<TensorId> =
+        accepted.iter().flat_map(|a| a.intermediates(window)).collect();
+    for index in (0..len).filter(|i| !covered.contains(i)) {
+        let reads: Vec<TensorId> = window.ops()[index].inputs.iter().map(|t| t.id).collect();
+        if reads.iter().any(|t| insides.contains(t)) {
+            return Err(Reason::InterleavedRead);
+        }
+        let pending = accepted.iter().filter(|a| {
+            let (first, last) = (*a.ops.first().expect("covers ops"), *a.ops.last().expect("covers ops"));
+            first < index && index < last
+        });
+        for a in pending {
+            if a.operands().any(|t| reads.contains(&t)) {
+                return Err(Reason::InterleavedRead);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, len: usize) -> Plan {
+    let mut steps = Vec::new();
+    let mut zero_scalars = Vec::new();
+    for index in 0..len {
+        if let Some(a) = accepted.iter().find(|a| a.ops.last() == Some(&index)) {
+            let ops: Vec<usize> = a.ops.iter().copied().collect();
+            let reference = |id: TensorId| TensorRef {
+                id,
+                status: window.find_last_status(id, &ops).unwrap_or(TensorStatus::ReadOnly),
+            };
+            let c = &a.candidate;
+            zero_scalars.extend(ops.iter().flat_map(|&i| window.ops()[i].scalars.iter().copied()));
+            steps.push(Step::Fused(FusedLinear {
+                x: reference(c.x),
+                w: reference(c.w),
+                bias: c.bias.map(reference),
+                out: c.root,
+                pre: a.pre,
+                epilogue: c.epilogue,
+                ops,
+            }));
+        } else if !covered.contains(&index) {
+            steps.push(Step::Run(index));
+        }
+    }
+    Plan {
+        steps,
+        len,
+        zero_scalars,
+    }
+}

@@ -1,0 +1,12 @@
+//! Plan: what a claimed block runs, as serialisable data that replays without egg.
+//!
+//! Input: the window and the rewritten e-graph. Output: a [`Claim`]: either a [`Plan`] (steps
+//! in block order, each a fused kernel or one op run as Burn would) or the [`Reason`] it was
+//! declined. Invariant: a plan claims a prefix of the block, its first op is part of a fused
+//! step, and no op outside a fused step reads a value that the fused kernel does not write.
+
+mod build;
+mod plan;
+
+pub use build::*;
+pub use plan::*;

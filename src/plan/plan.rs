@@ -1,0 +1,66 @@
+//! [`Plan`], [`Step`] and [`FusedLinear`].
+
+use crate::kernel::Epilogue;
+use burn_ir::{TensorId, TensorStatus};
+use serde::{Deserialize, Serialize};
+
+/// A tensor read by a fused step, with its status at the step's last read.
+///
+/// `ReadWrite` means the step is the last reader: the handle is released after the launch.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorRef {
+    /// Relative id (the context maps it to the real tensor).
+    pub id: TensorId,
+    /// Status at the last read inside the step.
+    pub status: TensorStatus,
+}
+
+/// One fused `epilogue(x · w + bias)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FusedLinear {
+    /// Left operand `[.., m, k]`.
+    pub x: TensorRef,
+    /// Right operand `[.., k, n]` (Burn's Linear stores it `[d_in, d_out]`).
+    pub w: TensorRef,
+    /// Row bias `[.., n]` with every other dim 1.
+    pub bias: Option<TensorRef>,
+    /// The activation's output.
+    pub out: TensorId,
+    /// The pre-activation, when something outside the step still reads it (autodiff does).
+    pub pre: Option<TensorId>,
+    /// What is applied before the store.
+    pub epilogue: Epilogue,
+    /// The block ops this step replaces, in block order (run them to fall back).
+    pub ops: Vec<usize>,
+}
+
+/// One step of a plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Step {
+    /// Run block op `index` as Burn would (a view or an op between fused steps).
+    Run(usize),
+    /// Run a fused kernel.
+    Fused(FusedLinear),
+}
+
+/// What Hypatia's optimization runs for a claimed block prefix.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Steps in an order that respects the block's dataflow.
+    pub steps: Vec<Step>,
+    /// Number of block ops claimed (a prefix of the block).
+    pub len: usize,
+    /// Relative scalar ids that must be zero for the fused activation to equal Burn's ops
+    /// (relu's threshold and fill value); checked before every execution.
+    pub zero_scalars: Vec<u64>,
+}
+
+impl Plan {
+    /// The fused steps.
+    pub fn fused(&self) -> impl Iterator<Item = &FusedLinear> {
+        self.steps.iter().filter_map(|step| match step {
+            Step::Fused(fused) => Some(fused),
+            Step::Run(_) => None,
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! [`TensorLang`]: the ops Hypatia reasons about, as an egg language.
+
+use egg::{Id, define_language};
+use std::fmt;
+use std::str::FromStr;
+
+define_language! {
+    /// Tensor ops of a captured window, plus the fused forms the rules introduce.
+    ///
+    /// ```
+    /// use hypatia::rewrite::TensorLang;
+    /// let expr: egg::RecExpr<TensorLang> =
+    ///     "(relu (add (matmul t1:f32:1x2 t2:f32:2x3) (reshape t3:f32:3 shape:0x3)))".parse().unwrap();
+    /// assert_eq!(expr.as_ref().len(), 8);
+    /// ```
+    pub enum TensorLang {
+        "matmul" = Matmul([Id; 2]),
+        "add" = Add([Id; 2]),
+        "reshape" = Reshape([Id; 2]),
+        "swap-dims" = SwapDims([Id; 2]),
+        "le" = LowerEqualElem([Id; 2]),
+        "lt" = LowerElem([Id; 2]),
+        "lower" = Lower([Id; 2]),
+        "mask-fill" = MaskFill([Id; 3]),
+        "mask-where" = MaskWhere([Id; 3]),
+        "zeros" = Zeros(Id),
+        "full" = Full([Id; 2]),
+        "relu" = Relu(Id),
+        "linear" = Linear([Id; 3]),
+        "fused-linear-relu" = FusedLinearRelu([Id; 3]),
+        Tensor(TensorLeaf),
+        Shape(ShapeLeaf),
+        Scalar(ScalarLeaf),
+        Dims(DimsLeaf),
+    }
+}
+
+/// Element type of a tensor leaf, as far as rewriting cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Elem {
+    /// 64-bit float.
+    F64,
+    /// 32-bit float.
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// Booleans (masks).
+    Bool,
+    /// Anything else (ints, quantized).
+    Other,
+}
+
+impl Elem {
+    /// Maps Burn's dtype.
+    pub fn from_dtype(dtype: burn_backend::DType) -> Self {
+        use burn_backend::DType;
+        match dtype {
+            DType::F64 => Elem::F64,
+            DType::F32 | DType::Flex32 => Elem::F32,
+            DType::F16 => Elem::F16,
+            DType::BF16 => Elem::BF16,
+            DType::Bool(_) => Elem::Bool,
+            _ => Elem::Other,
+        }
+    }
+
+    /// Whether the fused kernel supports this input type.
+    pub fn is_kernel_float(&self) -> bool {
+        matches!(self, Elem::F32 | Elem::F16 | Elem::BF16)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Elem::F64 => "f64",
+            Elem::F32 => "f32",
+            Elem::F16 => "f16",
+            Elem::BF16 => "bf16",
+            Elem::Bool => "bool",
+            Elem::Other => "other",
+        }
+    }
+}
+
+impl FromStr for Elem {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Elem::F64, Elem::F32, Elem::F16, Elem::BF16, Elem::Bool, Elem::Other]
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| format!("unknown element type {s}"))
+    }
+}
+
+/// A relative shape: each entry is a dim id, `0` meaning size 1.
+pub type Dims = Vec<usize>;
+
+fn fmt_dims(dims: &[usize], sep: &str) -> String {
+    dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(sep)
+}
+
+fn parse_dims(s: &str, sep: char) -> Result<Dims, String> {
+    if s.is_empty() {
+        return Ok(vec![]);
+    }
+    s.split(sep)
+        .map(|d| d.parse::<usize>().map_err(|e| format!("bad dim {d}: {e}")))
+        .collect()
+}
+
+/// A tensor read by the window but not produced by an op Hypatia understands.
+/// Written `t<id>:<elem>:<d0>x<d1>..`, e.g. `t7:f32:1x2`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorLeaf {
+    /// Relative tensor id.
+    pub id: u64,
+    /// Element type.
+    pub elem: Elem,
+    /// Relative shape.
+    pub shape: Dims,
+}
+
+impl fmt::Display for TensorLeaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "t{}:{}:{}", self.id, self.elem.name(), fmt_dims(&self.shape, "x"))
+    }
+}
+
+impl FromStr for TensorLeaf {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let rest = s.strip_prefix('t').ok_or("tensor leaf starts with t")?;
+        let mut parts = rest.splitn(3, ':');
+        let id = parts.next().ok_or("missing id")?;
+        let id = id.parse().map_err(|e| format!("bad id {id}: {e}"))?;
+        let elem = parts.next().ok_or("missing elem")?.parse()?;
+        let shape = parse_dims(parts.next().ok_or("missing shape")?, 'x')?;
+        Ok(Self { id, elem, shape })
+    }
+}
+
+/// The target shape of a reshape or creation op. Written `shape:<d0>x<d1>..`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShapeLeaf(pub Dims);
+
+impl fmt::Display for ShapeLeaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "shape:{}", fmt_dims(&self.0, "x"))
+    }
+}
+
+impl FromStr for ShapeLeaf {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let dims = s.strip_prefix("shape:").ok_or("shape leaf starts with shape:")?;
+        Ok(Self(parse_dims(dims, 'x')?))
+    }
+}
+
+/// A relative scalar id; its value is only known at run time. Written `scalar:<id>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScalarLeaf(pub u64);
+
+impl fmt::Display for ScalarLeaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "scalar:{}", self.0)
+    }
+}
+
+impl FromStr for ScalarLeaf {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let id = s.strip_prefix("scalar:").ok_or("scalar leaf starts with scalar:")?;
+        Ok(Self(id.parse().map_err(|e| format!("bad scalar id {id}: {e}"))?))
+    }
+}
+
+/// The two dims of a swap. Written `dims:<a>,<b>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DimsLeaf(pub usize, pub usize);
+
+impl fmt::Display for DimsLeaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "dims:{},{}", self.0, self.1)
+    }
+}
+
+impl FromStr for DimsLeaf {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let dims = parse_dims(s.strip_prefix("dims:").ok_or("dims leaf starts with dims:")?, ',')?;
+        match dims[..] {
+            [a, b] => Ok(Self(a, b)),
+            _ => Err(format!("dims leaf needs two dims: {s}")),
+        }
+    }
+}

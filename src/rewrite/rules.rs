@@ -1,0 +1,98 @@
+//! The rewrite rules, one table, and the conditions they use.
+
+use super::{TensorAnalysis, TensorGraph, TensorInfo, TensorLang, find_shape};
+use egg::{Id, Rewrite, Subst, Var, rewrite};
+
+/// Every rule Hypatia runs, named after the rewrite it performs.
+///
+/// Relu has three spellings in Burn 0.21: `relu` (`mask_fill(x, x <= 0, 0)`), `clamp_min(x, 0)`
+/// (`mask_fill(x, x < 0, 0)`) and `max_pair(x, zeros)` (`mask_where(x, x < z, z)`). All three keep
+/// NaN, which is why they are the same function. The scalars are ids here; the plan checks
+/// that they are zero before every execution.
+#[rustfmt::skip]
+pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
+    vec![
+        rewrite!("add-commute";           "(add ?a ?b)"                          => "(add ?b ?a)"),
+        rewrite!("mask-fill-le-to-relu";  "(mask-fill ?x (le ?x ?s) ?t)"         => "(relu ?x)" if is_float("?x")),
+        rewrite!("clamp-min-to-relu";     "(mask-fill ?x (lt ?x ?s) ?t)"         => "(relu ?x)" if is_float("?x")),
+        rewrite!("max-pair-zeros-to-relu";"(mask-where ?x (lower ?x ?z) ?z)"     => "(relu ?x)" if is_zeros_like("?z", "?x")),
+        rewrite!("matmul-unsqueezed-rhs"; "(matmul ?x (reshape ?w ?s))"          => "(matmul ?x ?w)" if unsqueezes_matrix("?w", "?s")),
+        rewrite!("matmul-add-to-linear";  "(add (matmul ?x ?w) ?b)"              => "(linear ?x ?w ?b)" if is_row_bias("?b", "?x", "?w")),
+        rewrite!("linear-unreshape-bias"; "(linear ?x ?w (reshape ?b ?s))"       => "(linear ?x ?w ?b)" if is_vector("?b")),
+        rewrite!("linear-relu-to-fused";  "(relu (linear ?x ?w ?b))"             => "(fused-linear-relu ?x ?w ?b)" if same_kernel_float(&["?x", "?w", "?b"])),
+    ]
+}
+
+type Condition = Box<dyn Fn(&mut TensorGraph, Id, &Subst) -> bool + Send + Sync>;
+
+fn info(egraph: &TensorGraph, subst: &Subst, var: Var) -> Option<TensorInfo> {
+    egraph[subst[var]].data.clone()
+}
+
+fn var(name: &str) -> Var {
+    name.parse().expect("rule variables are written ?name")
+}
+
+/// `?x` is a floating-point tensor.
+fn is_float(x: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let x = var(x);
+    move |egraph, _, subst| {
+        info(egraph, subst, x).is_some_and(|i| !matches!(i.elem, super::Elem::Bool | super::Elem::Other))
+    }
+}
+
+/// `?z` is created as zeros (or `full`, whose scalar the plan guards) with `?x`'s shape.
+fn is_zeros_like(z: &str, x: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let (z, x) = (var(z), var(x));
+    move |egraph, _, subst| {
+        let created = egraph[subst[z]]
+            .nodes
+            .iter()
+            .any(|node| matches!(node, TensorLang::Zeros(_) | TensorLang::Full(_)));
+        let same_shape = match (info(egraph, subst, z), info(egraph, subst, x)) {
+            (Some(z), Some(x)) => z.shape == x.shape,
+            _ => false,
+        };
+        created && same_shape
+    }
+}
+
+/// `(reshape ?w ?s)` only prepends size-1 dims to the matrix `?w` (Burn's weight unsqueeze).
+fn unsqueezes_matrix(w: &str, s: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let (w, s) = (var(w), var(s));
+    move |egraph, _, subst| {
+        let (Some(w), Some(target)) = (info(egraph, subst, w), find_shape(egraph, subst[s])) else {
+            return false;
+        };
+        let pad = target.len().saturating_sub(2);
+        w.shape.len() == 2 && target.len() >= 2 && target[pad..] == w.shape[..] && target[..pad].iter().all(|&d| d == 0)
+    }
+}
+
+/// `?b` broadcasts along rows only: its last dim is `?w`'s last and every other dim is 1.
+fn is_row_bias(b: &str, x: &str, w: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let (b, x, w) = (var(b), var(x), var(w));
+    move |egraph, _, subst| {
+        let (Some(b), Some(x), Some(w)) = (info(egraph, subst, b), info(egraph, subst, x), info(egraph, subst, w)) else {
+            return false;
+        };
+        let Some((last, rest)) = b.shape.split_last() else { return false };
+        let out_rank = x.shape.len().max(w.shape.len());
+        Some(last) == w.shape.last() && rest.iter().all(|&d| d == 0) && b.shape.len() <= out_rank
+    }
+}
+
+/// `?b` is a rank-1 tensor.
+fn is_vector(b: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let b = var(b);
+    move |egraph, _, subst| info(egraph, subst, b).is_some_and(|i| i.shape.len() == 1)
+}
+
+/// All `vars` share one element type that the fused kernel supports.
+fn same_kernel_float(vars: &[&str]) -> Condition {
+    let vars: Vec<Var> = vars.iter().map(|v| var(v)).collect();
+    Box::new(move |egraph, _, subst| {
+        let elems: Option<Vec<_>> = vars.iter().map(|&v| info(egraph, subst, v).map(|i| i.elem)).collect();
+        elems.is_some_and(|e| e[0].is_kernel_float() && e.iter().all(|x| *x == e[0]))
+    })
+}

@@ -1,0 +1,165 @@
+//! [`HypatiaFuser`]: feeds the window to capture → rewrite → plan and claims what it plans.
+
+use super::{HypatiaOptimization, LinearOptimization};
+use crate::capture::{OpKind, Window, lower};
+use crate::plan::{Claim, Plan, build_plan, find_candidates};
+use crate::rewrite::{Limits, saturate};
+use crate::stats;
+use burn_cubecl::CubeRuntime;
+use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
+use burn_ir::OperationIr;
+use egg::StopReason;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Ops a window may hold before the fuser closes: bounds the e-graph and the wait for a match.
+pub const MAX_WINDOW: usize = 64;
+/// Score bonus over Burn's fusers (whose scores count fused ops): a fused matmul epilogue
+/// saves more than any elementwise fusion of the same ops.
+const SCORE_BONUS: u64 = 1 << 20;
+/// Distinct windows whose rewrite result is remembered.
+const CACHE_CAPACITY: usize = 4096;
+
+/// Hypatia's [`OperationFuser`].
+///
+/// Open while the ops it is fed could belong to a Linear + activation; after each op that
+/// can end an activation it plans the window (egg runs once per distinct window: results are
+/// cached) and becomes ready with the longest block prefix it can run.
+pub struct HypatiaFuser<R: CubeRuntime> {
+    device: R::Device,
+    window: Window,
+    claim: Option<Arc<Plan>>,
+    status: FuserStatus,
+}
+
+impl<R: CubeRuntime> Clone for HypatiaFuser<R> {
+    fn clone(&self) -> Self {
+        Self {
+            device: self.device.clone(),
+            window: self.window.clone(),
+            claim: self.claim.clone(),
+            status: self.status,
+        }
+    }
+}
+
+impl<R: CubeRuntime> HypatiaFuser<R> {
+    /// A fuser for `device`.
+    pub fn new(device: R::Device) -> Self {
+        Self {
+            device,
+            window: Window::new(),
+            claim: None,
+            status: FuserStatus::Open,
+        }
+    }
+
+    fn analyze(&mut self) {
+        if let Claim::Fused(plan) = plan_window(&self.window, &stats::device_key(&self.device))
+            && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
+        {
+            self.claim = Some(Arc::new(plan));
+        }
+    }
+}
+
+type ClaimCache = Mutex<HashMap<String, Claim>>;
+
+fn cache() -> &'static ClaimCache {
+    static CACHE: OnceLock<ClaimCache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Capture → rewrite → plan for one window, through the cache; counts stats on a miss.
+fn plan_window(window: &Window, device: &str) -> Claim {
+    let key = window.key();
+    if let Some(claim) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return claim.clone();
+    }
+    let mut lowered = lower(window);
+    let saturated = saturate(std::mem::take(&mut lowered.egraph), &Limits::default());
+    let limited = !matches!(saturated.stop_reason, StopReason::Saturated);
+    stats::record_egg(device, saturated.elapsed, limited);
+    let candidates = find_candidates(window, &lowered, &saturated);
+    let claim = build_plan(window, &candidates);
+    match &claim {
+        Claim::Fused(plan) => {
+            log::debug!(
+                "hypatia: planned {} fused step(s) over {} op(s): {:?}",
+                plan.fused().count(),
+                plan.len,
+                plan.steps
+            );
+            stats::record(device, |s| {
+                for step in plan.fused() {
+                    stats::pattern(s, step.epilogue.pattern()).matched += 1;
+                }
+            });
+        }
+        Claim::Declined(reason) => {
+            log::debug!("hypatia: declined a window of {} op(s): {}", window.len(), reason.key());
+            stats::record(device, |s| *s.declined.entry(reason.key().to_string()).or_default() += 1);
+        }
+    }
+    let mut cache = cache().lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() >= CACHE_CAPACITY {
+        cache.clear();
+    }
+    cache.insert(key, claim.clone());
+    claim
+}
+
+impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> {
+    fn fuse(&mut self, operation: &OperationIr) {
+        if self.status == FuserStatus::Closed {
+            return;
+        }
+        self.window.push(operation);
+        let kind = self.window.ops().last().expect("just pushed").kind;
+        if !kind.is_pattern_kind() || self.window.len() >= MAX_WINDOW {
+            self.status = FuserStatus::Closed;
+        }
+        if matches!(kind, OpKind::MaskFill | OpKind::MaskWhere) {
+            self.analyze();
+        }
+    }
+
+    fn finish(&mut self) -> HypatiaOptimization<R> {
+        let plan = self.claim.as_ref().expect("finish is only called on a ready fuser");
+        HypatiaOptimization::Linear(LinearOptimization::new(
+            plan.as_ref().clone(),
+            self.device.clone(),
+        ))
+    }
+
+    fn reset(&mut self) {
+        self.window = Window::new();
+        self.claim = None;
+        self.status = FuserStatus::Open;
+    }
+
+    fn status(&self) -> FuserStatus {
+        self.status
+    }
+
+    fn properties(&self) -> FuserProperties {
+        match &self.claim {
+            Some(plan) => FuserProperties {
+                score: SCORE_BONUS + plan.len as u64,
+                ready: true,
+            },
+            None => FuserProperties {
+                score: 0,
+                ready: false,
+            },
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.claim.as_ref().map_or(0, |plan| plan.len)
+    }
+
+    fn clone_dyn(&self) -> Box<dyn OperationFuser<HypatiaOptimization<R>>> {
+        Box::new(self.clone())
+    }
+}

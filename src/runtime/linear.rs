@@ -1,0 +1,150 @@
+//! [`LinearOptimization`]: runs a [`Plan`] — fused kernels, or Burn's ops where they can't run.
+
+use super::HypatiaRuntime;
+use crate::fallback::{FallbackReason, run_unfused};
+use crate::kernel::{Operand, check_linear, launch_fused_linear};
+use crate::plan::{FusedLinear, Plan, Step, TensorRef};
+use crate::stats;
+use burn_cubecl::CubeRuntime;
+use burn_cubecl_fusion::CubeFusionHandle;
+use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
+use burn_ir::{ScalarIr, TensorIr, TensorStatus};
+use std::sync::Arc;
+
+/// Executes a [`Plan`] on a device.
+pub struct LinearOptimization<R: CubeRuntime> {
+    plan: Arc<Plan>,
+    device_key: String,
+    _device: R::Device,
+}
+
+impl<R: CubeRuntime> LinearOptimization<R> {
+    /// An optimization running `plan` on `device`.
+    pub fn new(plan: Plan, device: R::Device) -> Self {
+        Self {
+            plan: Arc::new(plan),
+            device_key: stats::device_key(&device),
+            _device: device,
+        }
+    }
+
+    /// The plan it runs.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Runs the plan: each fused step as one kernel, unless its checks fail, then its ops.
+    pub fn execute(
+        &mut self,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<HypatiaRuntime<R>>,
+    ) {
+        if let Err(reason) = check_zero_scalars(&self.plan, context) {
+            for step in self.plan.fused() {
+                self.record_fallback(step, &reason);
+            }
+            run_unfused(0..self.plan.len, context, execution);
+            return;
+        }
+        for step in &self.plan.steps {
+            match step {
+                Step::Run(index) => run_unfused([*index], context, execution),
+                Step::Fused(fused) => match run_fused(fused, context) {
+                    Ok(()) => stats::record(&self.device_key, |s| {
+                        stats::pattern(s, fused.epilogue.pattern()).executed += 1
+                    }),
+                    Err(reason) => {
+                        self.record_fallback(fused, &reason);
+                        run_unfused(fused.ops.iter().copied(), context, execution);
+                    }
+                },
+            }
+        }
+    }
+
+    fn record_fallback(&self, step: &FusedLinear, reason: &FallbackReason) {
+        log::debug!("hypatia: {} fell back to Burn's ops: {reason}", step.epilogue.pattern());
+        stats::record(&self.device_key, |s| {
+            let pattern = stats::pattern(s, step.epilogue.pattern());
+            *pattern.fallbacks.entry(reason.key().to_string()).or_default() += 1;
+        });
+    }
+}
+
+/// Relu's threshold and fill value are scalar ids in the plan; they must be zero now.
+fn check_zero_scalars<H>(plan: &Plan, context: &Context<H>) -> Result<(), FallbackReason> {
+    for &id in &plan.zero_scalars {
+        let value = match context.scalars.get(&ScalarId { value: id }) {
+            Some(ScalarIr::Float(v)) => *v,
+            Some(ScalarIr::Int(v)) => *v as f64,
+            Some(ScalarIr::UInt(v)) => *v as f64,
+            Some(ScalarIr::Bool(_)) | None => f64::NAN,
+        };
+        if value != 0.0 {
+            return Err(FallbackReason::NonZeroScalar { id, value });
+        }
+    }
+    Ok(())
+}
+
+fn real_tensor<H>(context: &Context<H>, reference: &TensorRef) -> TensorIr {
+    context
+        .tensors
+        .get(&reference.id)
+        .cloned()
+        .expect("every tensor of a claimed block is in the context")
+}
+
+/// One fused launch; on `Err` nothing was launched and no handle was touched.
+fn run_fused<R: CubeRuntime>(
+    step: &FusedLinear,
+    context: &mut Context<CubeFusionHandle<R>>,
+) -> Result<(), FallbackReason> {
+    let inputs: Vec<(TensorRef, TensorIr)> = [Some(step.x), Some(step.w), step.bias]
+        .into_iter()
+        .flatten()
+        .map(|r| (r, real_tensor(context, &r)))
+        .collect();
+    let out = real_tensor(context, &TensorRef { id: step.out, status: TensorStatus::NotInit });
+    let problem = check_linear(
+        (&inputs[0].1.shape, inputs[0].1.dtype),
+        (&inputs[1].1.shape, inputs[1].1.dtype),
+        inputs.get(2).map(|(_, t)| (t.shape.as_ref(), t.dtype)),
+    )?;
+    if problem.out_shape.as_slice() != out.shape.as_ref() {
+        return Err(crate::kernel::KernelError::IncompatibleShapes {
+            lhs: inputs[0].1.shape.to_vec(),
+            rhs: inputs[1].1.shape.to_vec(),
+            bias: inputs.get(2).map(|(_, t)| t.shape.to_vec()),
+        }
+        .into());
+    }
+    let operands: Vec<Operand<R>> = inputs
+        .iter()
+        .map(|(_, t)| Operand {
+            handle: context.handles.get_handle(&t.id, &TensorStatus::ReadOnly),
+            shape: t.shape.to_vec(),
+        })
+        .collect();
+    let outputs = launch_fused_linear(
+        &operands[0],
+        &operands[1],
+        operands.get(2),
+        step.epilogue,
+        step.pre.is_some(),
+    )?;
+    // Release the handles whose last reader was this step (once each: x may also be w).
+    let mut released = Vec::new();
+    for (reference, tensor) in &inputs {
+        if reference.status == TensorStatus::ReadWrite && !released.contains(&tensor.id) {
+            context.handles.get_handle(&tensor.id, &TensorStatus::ReadWrite);
+            released.push(tensor.id);
+        }
+    }
+    context.handles.register_handle(out.id, outputs.out);
+    if let (Some(pre), Some(handle)) = (step.pre, outputs.pre) {
+        let pre = real_tensor(context, &TensorRef { id: pre, status: TensorStatus::NotInit });
+        context.handles.register_handle(pre.id, handle);
+    }
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! burn-fusion roles: the runtime, the fuser, the optimizations.
+//!
+//! [`HypatiaRuntime`] lists [`HypatiaFuser`] first and Burn's four fusers after it (adapted by
+//! [`BurnFuser`]), so Burn keeps fusing what Hypatia leaves alone. The fuser's `finish` is where
+//! capture → rewrite → plan runs; [`LinearOptimization`] executes a plan (kernel, or fallback).
+//! Pitfall: burn-fusion caches optimizations by relative window and replays them without
+//! calling any fuser, so an optimization must read real shapes and scalars from the context.
+
+mod burn;
+mod fuser;
+mod linear;
+mod optimization;
+
+pub use burn::*;
+pub use fuser::*;
+pub use linear::*;
+pub use optimization::*;

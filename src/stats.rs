@@ -1,0 +1,98 @@
+//! Introspection: [`FusionStats`], per device, and the `log` lines that go with them.
+
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Counters of one pattern (e.g. `linear-relu`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PatternStats {
+    /// Distinct windows in which egg found the pattern and Hypatia planned it.
+    pub matched: u64,
+    /// Fused kernel launches.
+    pub executed: u64,
+    /// Plans that ran Burn's ops instead, by reason (checked at run time).
+    pub fallbacks: BTreeMap<String, u64>,
+}
+
+/// Counters of the e-graph stage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EggStats {
+    /// Equality-saturation runs (distinct windows only: plans and rewrite results are cached).
+    pub runs: u64,
+    /// Total wall time of those runs, in microseconds.
+    pub total_micros: u64,
+    /// Longest single run, in microseconds.
+    pub max_micros: u64,
+    /// Runs stopped by a limit rather than saturation.
+    pub limited: u64,
+}
+
+/// What Hypatia did on one device since the process started (or since [`reset_stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FusionStats {
+    /// Per pattern name.
+    pub patterns: BTreeMap<String, PatternStats>,
+    /// Windows that were not claimed, by [`Reason`](crate::plan::Reason) key.
+    pub declined: BTreeMap<String, u64>,
+    /// The e-graph stage.
+    pub egg: EggStats,
+}
+
+impl FusionStats {
+    /// Kernel launches of `pattern` so far.
+    pub fn executed(&self, pattern: &str) -> u64 {
+        self.patterns.get(pattern).map_or(0, |p| p.executed)
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<String, FusionStats>> {
+    static STATS: OnceLock<Mutex<HashMap<String, FusionStats>>> = OnceLock::new();
+    STATS.get_or_init(Default::default)
+}
+
+pub(crate) fn device_key<D: core::fmt::Debug>(device: &D) -> String {
+    format!("{device:?}")
+}
+
+pub(crate) fn record(device: &str, update: impl FnOnce(&mut FusionStats)) {
+    let mut stats = registry().lock().unwrap_or_else(|poison| poison.into_inner());
+    update(stats.entry(device.to_string()).or_default());
+}
+
+pub(crate) fn record_egg(device: &str, elapsed: Duration, limited: bool) {
+    record(device, |stats| {
+        let micros = elapsed.as_micros() as u64;
+        stats.egg.runs += 1;
+        stats.egg.total_micros += micros;
+        stats.egg.max_micros = stats.egg.max_micros.max(micros);
+        stats.egg.limited += limited as u64;
+    });
+}
+
+pub(crate) fn pattern<'a>(stats: &'a mut FusionStats, name: &str) -> &'a mut PatternStats {
+    stats.patterns.entry(name.to_string()).or_default()
+}
+
+/// What Hypatia did on `device` so far: matches, fused launches, declines and fallbacks by
+/// reason, and the e-graph runs.
+///
+/// Ops are lazy: call `B::sync(&device)` (or read a tensor) first so that queued work has run.
+///
+/// ```
+/// # #[cfg(feature = "wgpu")] {
+/// let stats = hypatia::stats(&burn::backend::wgpu::WgpuDevice::default());
+/// println!("{}", serde_json::to_string(&stats).unwrap());
+/// # }
+/// ```
+pub fn stats<D: core::fmt::Debug>(device: &D) -> FusionStats {
+    let stats = registry().lock().unwrap_or_else(|poison| poison.into_inner());
+    stats.get(&device_key(device)).cloned().unwrap_or_default()
+}
+
+/// Clears the counters of `device`.
+pub fn reset_stats<D: core::fmt::Debug>(device: &D) {
+    let mut stats = registry().lock().unwrap_or_else(|poison| poison.into_inner());
+    stats.remove(&device_key(device));
+}
