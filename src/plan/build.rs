@@ -1,9 +1,9 @@
 //! From a rewritten window to a [`Claim`].
 
 use super::{FusedLinear, Plan, Step, TensorRef};
-use crate::capture::{Lowered, OpKind, Window};
+use crate::capture::{Lowered, OpKind, Window, lower};
 use crate::kernel::Epilogue;
-use crate::rewrite::{CostModel, Saturated, TensorLang};
+use crate::rewrite::{CostModel, Limits, Saturated, TensorLang, saturate};
 use burn_ir::{TensorId, TensorStatus};
 use egg::Extractor;
 use serde::Serialize;
@@ -47,6 +47,31 @@ pub enum Claim {
     Fused(Plan),
     /// Leave the window to Burn.
     Declined(Reason),
+}
+
+/// A planned window, with what the e-graph run cost.
+pub struct Planned {
+    /// The decision.
+    pub claim: Claim,
+    /// Why egg's runner stopped.
+    pub stop_reason: egg::StopReason,
+    /// Wall time of lowering, saturation, extraction and planning.
+    pub elapsed: std::time::Duration,
+}
+
+/// Capture → rewrite → plan for one window: lower it, saturate under `limits`, extract, plan.
+///
+/// Pure (no device, no global state): the fuser caches its result per distinct window.
+pub fn plan_window(window: &Window, limits: &Limits) -> Planned {
+    let start = std::time::Instant::now();
+    let mut lowered = lower(window);
+    let saturated = saturate(std::mem::take(&mut lowered.egraph), limits);
+    let candidates = find_candidates(window, &lowered, &saturated);
+    Planned {
+        claim: build_plan(window, &candidates),
+        stop_reason: saturated.stop_reason,
+        elapsed: start.elapsed(),
+    }
 }
 
 /// A fused node chosen by extraction, with its operands as window tensors.

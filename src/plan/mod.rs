@@ -10,3 +10,6 @@ mod plan;
 
 pub use build::*;
 pub use plan::*;
+
+#[cfg(test)]
+mod tests;

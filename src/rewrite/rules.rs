@@ -96,3 +96,63 @@ fn same_kernel_float(vars: &[&str]) -> Condition {
         elems.is_some_and(|e| e[0].is_kernel_float() && e.iter().all(|x| *x == e[0]))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::rewrite::{Limits, TensorGraph, saturate};
+
+    /// Saturates `input` and returns its cheapest equivalent term.
+    fn best(input: &str) -> String {
+        let mut egraph = TensorGraph::default();
+        let root = egraph.add_expr(&input.parse().unwrap());
+        saturate(egraph, &Limits::default()).find_best(root).1.to_string()
+    }
+
+    macro_rules! rewrite_test {
+        ($name:ident, $input:expr => $expected:expr) => {
+            #[test]
+            fn $name() {
+                assert_eq!(best($input), $expected);
+            }
+        };
+    }
+
+    const X: &str = "t1:f32:1x2";
+    const W: &str = "t2:f32:2x3";
+    const B: &str = "t3:f32:3";
+
+    fn relu_of(pre: &str) -> String {
+        format!("(mask-fill {pre} (le {pre} scalar:0) scalar:1)")
+    }
+
+    rewrite_test!(relu_of_linear_fuses,
+        &relu_of(&format!("(add (matmul {X} {W}) (reshape {B} shape:0x3))"))
+        => format!("(fused-linear-relu {X} {W} {B})"));
+    rewrite_test!(bias_first_fuses,
+        &relu_of(&format!("(add (reshape {B} shape:0x3) (matmul {X} {W}))"))
+        => format!("(fused-linear-relu {X} {W} {B})"));
+    rewrite_test!(row_bias_without_reshape_fuses,
+        &relu_of(&format!("(add (matmul {X} {W}) t4:f32:0x3)"))
+        => format!("(fused-linear-relu {X} {W} t4:f32:0x3)"));
+    rewrite_test!(unsqueezed_weight_fuses,
+        &relu_of("(add (matmul t1:f32:4x1x2 (reshape t2:f32:2x3 shape:0x2x3)) (reshape t3:f32:3 shape:0x0x3))")
+        => "(fused-linear-relu t1:f32:4x1x2 t2:f32:2x3 t3:f32:3)");
+    rewrite_test!(clamp_min_fuses,
+        &format!("(mask-fill (add (matmul {X} {W}) t4:f32:0x3) (lt (add (matmul {X} {W}) t4:f32:0x3) scalar:0) scalar:1)")
+        => format!("(fused-linear-relu {X} {W} t4:f32:0x3)"));
+    rewrite_test!(max_pair_with_zeros_fuses,
+        &format!("(mask-where (add (matmul {X} {W}) t4:f32:0x3) (lower (add (matmul {X} {W}) t4:f32:0x3) (zeros shape:1x3)) (zeros shape:1x3))")
+        => format!("(fused-linear-relu {X} {W} t4:f32:0x3)"));
+    rewrite_test!(max_pair_with_a_tensor_stays,
+        &format!("(mask-where (add (matmul {X} {W}) t4:f32:0x3) (lower (add (matmul {X} {W}) t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)")
+        => format!("(mask-where (linear {X} {W} t4:f32:0x3) (lower (linear {X} {W} t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)"));
+    rewrite_test!(relu_on_another_tensor_stays,
+        &format!("(mask-fill (add (matmul {X} {W}) t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)")
+        => format!("(mask-fill (linear {X} {W} t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)"));
+    rewrite_test!(full_tensor_add_stays,
+        &relu_of(&format!("(add (matmul {X} {W}) t4:f32:1x3)"))
+        => format!("(relu (add (matmul {X} {W}) t4:f32:1x3))"));
+    rewrite_test!(mixed_dtypes_stay,
+        &relu_of(&format!("(add (matmul {X} {W}) t4:f16:0x3)"))
+        => format!("(relu (linear {X} {W} t4:f16:0x3))"));
+}

@@ -1,9 +1,9 @@
 //! [`HypatiaFuser`]: feeds the window to capture → rewrite → plan and claims what it plans.
 
 use super::{HypatiaOptimization, LinearOptimization};
-use crate::capture::{OpKind, Window, lower};
-use crate::plan::{Claim, Plan, build_plan, find_candidates};
-use crate::rewrite::{Limits, saturate};
+use crate::capture::{OpKind, Window};
+use crate::plan::{Claim, Plan, plan_window};
+use crate::rewrite::Limits;
 use crate::stats;
 use burn_cubecl::CubeRuntime;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
@@ -55,7 +55,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
     }
 
     fn analyze(&mut self) {
-        if let Claim::Fused(plan) = plan_window(&self.window, &stats::device_key(&self.device))
+        if let Claim::Fused(plan) = plan_cached(&self.window, &stats::device_key(&self.device))
             && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
         {
             self.claim = Some(Arc::new(plan));
@@ -71,17 +71,15 @@ fn cache() -> &'static ClaimCache {
 }
 
 /// Capture → rewrite → plan for one window, through the cache; counts stats on a miss.
-fn plan_window(window: &Window, device: &str) -> Claim {
+fn plan_cached(window: &Window, device: &str) -> Claim {
     let key = window.key();
     if let Some(claim) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return claim.clone();
     }
-    let mut lowered = lower(window);
-    let saturated = saturate(std::mem::take(&mut lowered.egraph), &Limits::default());
-    let limited = !matches!(saturated.stop_reason, StopReason::Saturated);
-    stats::record_egg(device, saturated.elapsed, limited);
-    let candidates = find_candidates(window, &lowered, &saturated);
-    let claim = build_plan(window, &candidates);
+    let planned = plan_window(window, &Limits::default());
+    let limited = !matches!(planned.stop_reason, StopReason::Saturated);
+    stats::record_egg(device, planned.elapsed, limited);
+    let claim = planned.claim;
     match &claim {
         Claim::Fused(plan) => {
             log::debug!(
