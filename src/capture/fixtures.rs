@@ -119,6 +119,19 @@ impl IrBuilder {
         self.op(Node::Matmul(lhs, rhs), &shape, self.dtype)
     }
 
+    /// `Tensor::matmul`: for `[.., B, 1, K] @ [.., 1, K, N]` Burn swaps the batch dim into the
+    /// rows (`swap_dims`, `float_matmul`, `swap_dims`); otherwise a plain `float_matmul`.
+    pub fn tensor_matmul(&mut self, lhs: T, rhs: T) -> T {
+        let (l, r) = (self.shape(lhs), self.shape(rhs));
+        let rank = l.len();
+        if rank >= 3 && l[rank - 2] == 1 && r[r.len() - 3] == 1 {
+            let swapped = self.swap_dims(lhs, rank - 3, rank - 2);
+            let out = self.matmul(swapped, rhs);
+            return self.swap_dims(out, rank - 3, rank - 2);
+        }
+        self.matmul(lhs, rhs)
+    }
+
     /// `float_add` (broadcasting).
     pub fn add(&mut self, lhs: T, rhs: T) -> T {
         let (l, r) = (self.shape(lhs), self.shape(rhs));

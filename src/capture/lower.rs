@@ -51,7 +51,7 @@ pub fn lower(window: &Window) -> Lowered {
             OpKind::LowerEqualElem | OpKind::LowerElem | OpKind::MaskFill | OpKind::Full => 1,
             _ => 0,
         };
-        if op.kind == OpKind::Opaque || op.scalars.len() < needs_scalars {
+        if matches!(op.kind, OpKind::Opaque | OpKind::Bookkeeping) || op.scalars.len() < needs_scalars {
             continue;
         }
         let mut input = |i: usize| class_or_leaf(&mut egraph, &mut class_of, &op.inputs[i]);
@@ -85,7 +85,7 @@ pub fn lower(window: &Window) -> Lowered {
                 let shape = egraph.add(TensorLang::Shape(shape_leaf(op.out())));
                 TensorLang::Full([shape, egraph.add(scalar(0).expect("checked above"))])
             }
-            OpKind::Opaque => unreachable!("skipped above"),
+            OpKind::Opaque | OpKind::Bookkeeping => unreachable!("skipped above"),
         };
         let id = egraph.add(node);
         class_of.insert(op.out().id, id);

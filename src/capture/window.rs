@@ -36,6 +36,9 @@ pub enum OpKind {
     Zeros,
     /// `float_full(shape, scalar)`.
     Full,
+    /// Ops that compute nothing: a tensor registered from host data (`Init`), a `Drop`.
+    /// They may sit anywhere in a block (Burn records `from_data` lazily) and are run as Burn's.
+    Bookkeeping,
     /// Any op Hypatia does not understand.
     Opaque,
 }
@@ -45,6 +48,11 @@ impl OpKind {
     /// while such ops arrive.
     pub fn is_pattern_kind(&self) -> bool {
         !matches!(self, OpKind::Opaque)
+    }
+
+    /// Ops that cost no pass over memory when run as Burn's: views and bookkeeping.
+    pub fn is_free(&self) -> bool {
+        matches!(self, OpKind::Reshape | OpKind::SwapDims { .. } | OpKind::Bookkeeping)
     }
 }
 
@@ -100,7 +108,8 @@ impl CapturedOp {
                 OperationIr::BaseFloat(BaseOperationIr::Zeros(z)) => {
                     (OpKind::Zeros, vec![], &z.out, vec![])
                 }
-                _ => return Self::opaque(op),
+                OperationIr::Init(_) | OperationIr::Drop(_) => return Self::opaque(op, OpKind::Bookkeeping),
+                _ => return Self::opaque(op, OpKind::Opaque),
             };
         Self {
             kind,
@@ -110,9 +119,9 @@ impl CapturedOp {
         }
     }
 
-    fn opaque(op: &OperationIr) -> Self {
+    fn opaque(op: &OperationIr, kind: OpKind) -> Self {
         Self {
-            kind: OpKind::Opaque,
+            kind,
             inputs: op.inputs().cloned().collect(),
             outputs: op.outputs().cloned().collect(),
             scalars: vec![],

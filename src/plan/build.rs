@@ -14,7 +14,8 @@ use std::collections::{BTreeSet, HashSet};
 pub enum Reason {
     /// Extraction chose no fused node.
     NoMatch,
-    /// The block's first op is not part of a match; Burn's fusers take the leading ops.
+    /// The block starts with ops (other than views) that no match covers; Burn's fusers
+    /// take the leading ops, and Hypatia sees the rest in a later window.
     NotAtBlockStart,
     /// A value inside the pattern (the matmul output, the mask) is read by something else.
     KeepsIntermediate,
@@ -107,7 +108,9 @@ pub fn find_candidates(window: &Window, lowered: &Lowered, saturated: &Saturated
     let tensor_of = |class| {
         let tensors = lowered.find_tensors(egraph, class);
         let is_leaf = |t: &TensorId| {
-            window.find_producer(*t).is_none_or(|p| window.ops()[p].kind == OpKind::Opaque)
+            window.find_producer(*t).is_none_or(|p| {
+                matches!(window.ops()[p].kind, OpKind::Opaque | OpKind::Bookkeeping)
+            })
         };
         let leaf = tensors.iter().find(|t| is_leaf(t));
         leaf.or_else(|| tensors.iter().find(|t| roots.contains(t)))
@@ -159,7 +162,7 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
             continue;
         }
         let producer = window.find_producer(tensor).ok_or(Reason::InputNotMaterialized)?;
-        if window.ops()[producer].kind == OpKind::Opaque {
+        if matches!(window.ops()[producer].kind, OpKind::Opaque | OpKind::Bookkeeping) {
             return Err(Reason::InputNotMaterialized);
         }
         if ops.insert(producer) {
@@ -224,7 +227,10 @@ pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
         return Claim::Declined(first_decline.unwrap_or(Reason::NoMatch));
     }
     let covered: BTreeSet<usize> = accepted.iter().flat_map(|a| a.ops.iter().copied()).collect();
-    if !covered.contains(&0) {
+    // Leading free ops (a transposed weight, a bias unsqueezed before the matmul, a tensor
+    // registered from host data) run as Burn's ops; any other leading op is left to Burn.
+    let first = *covered.first().expect("not empty");
+    if !window.ops()[..first].iter().all(|op| op.kind.is_free()) {
         return Claim::Declined(Reason::NotAtBlockStart);
     }
     let len = covered.last().expect("not empty") + 1;

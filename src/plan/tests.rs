@@ -157,6 +157,21 @@ fn runs_a_view_between_fused_ops() {
 }
 
 #[test]
+fn claims_burns_vecmat_swap_of_tensor_matmul() {
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = operands(&mut ir, &[4, 1, 33]);
+    let w3 = ir.reshape(w, &[1, 33, 65]);
+    let b3 = ir.reshape(b, &[1, 1, 65]);
+    let out = ir.tensor_matmul(x, w3); // swap_dims, matmul, swap_dims
+    let pre = ir.add(out, b3);
+    let y = ir.relu(pre);
+    let plan = fused(plan(&ir, &[y]));
+    assert_eq!(plan.len, 8);
+    let step = plan.fused().next().unwrap();
+    assert_eq!((step.x.id, step.w.id), (id(x), id(w)));
+}
+
+#[test]
 fn declines_relu_of_a_different_tensor() {
     let mut ir = IrBuilder::new();
     let (x, w, b) = operands(&mut ir, &[17, 33]);

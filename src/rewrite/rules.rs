@@ -17,6 +17,7 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         rewrite!("clamp-min-to-relu";     "(mask-fill ?x (lt ?x ?s) ?t)"         => "(relu ?x)" if is_float("?x")),
         rewrite!("max-pair-zeros-to-relu";"(mask-where ?x (lower ?x ?z) ?z)"     => "(relu ?x)" if is_zeros_like("?z", "?x")),
         rewrite!("matmul-unsqueezed-rhs"; "(matmul ?x (reshape ?w ?s))"          => "(matmul ?x ?w)" if unsqueezes_matrix("?w", "?s")),
+        rewrite!("matmul-vecmat-swap";    "(swap-dims (matmul (swap-dims ?x ?d) ?w) ?d)" => "(matmul ?x ?w)" if swaps_batch_into_rows("?x", "?w", "?d")),
         rewrite!("matmul-add-to-linear";  "(add (matmul ?x ?w) ?b)"              => "(linear ?x ?w ?b)" if is_row_bias("?b", "?x", "?w")),
         rewrite!("linear-unreshape-bias"; "(linear ?x ?w (reshape ?b ?s))"       => "(linear ?x ?w ?b)" if is_vector("?b")),
         rewrite!("linear-relu-to-fused";  "(relu (linear ?x ?w ?b))"             => "(fused-linear-relu ?x ?w ?b)" if same_kernel_float(&["?x", "?w", "?b"])),
@@ -66,6 +67,31 @@ fn unsqueezes_matrix(w: &str, s: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) 
         };
         let pad = target.len().saturating_sub(2);
         w.shape.len() == 2 && target.len() >= 2 && target[pad..] == w.shape[..] && target[..pad].iter().all(|&d| d == 0)
+    }
+}
+
+/// `?d` swaps the last batch dim of `?x` with its row dim, and `?w` is broadcast along that
+/// batch dim. Burn's `Tensor::matmul` does this swap for `[.., B, 1, K] @ [.., 1, K, N]`; the
+/// swapped product equals the plain one whenever `?w` does not vary along the batch dim.
+fn swaps_batch_into_rows(x: &str, w: &str, d: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let (x, w, d) = (var(x), var(w), var(d));
+    move |egraph, _, subst| {
+        let (Some(x), Some(w)) = (info(egraph, subst, x), info(egraph, subst, w)) else {
+            return false;
+        };
+        let Some(dims) = egraph[subst[d]].nodes.iter().find_map(|n| match n {
+            TensorLang::Dims(leaf) => Some((leaf.0.min(leaf.1), leaf.0.max(leaf.1))),
+            _ => None,
+        }) else {
+            return false;
+        };
+        let rank = x.shape.len();
+        // w's dim aligned (from the right) with x's batch dim `rank - 3`; absent means 1.
+        let w_batch_is_one = match w.shape.len().checked_sub(3) {
+            Some(i) => w.shape[i] == 0,
+            None => true,
+        };
+        rank >= 3 && dims == (rank - 3, rank - 2) && w_batch_is_one
     }
 }
 
@@ -146,6 +172,12 @@ mod tests {
     rewrite_test!(max_pair_with_a_tensor_stays,
         &format!("(mask-where (add (matmul {X} {W}) t4:f32:0x3) (lower (add (matmul {X} {W}) t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)")
         => format!("(mask-where (linear {X} {W} t4:f32:0x3) (lower (linear {X} {W} t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)"));
+    rewrite_test!(vecmat_swap_fuses,
+        &relu_of("(add (swap-dims (matmul (swap-dims t1:f32:2x0x3 dims:0,1) (reshape t2:f32:3x4 shape:0x3x4)) dims:0,1) (reshape t3:f32:4 shape:0x0x4))")
+        => "(fused-linear-relu t1:f32:2x0x3 t2:f32:3x4 t3:f32:4)");
+    rewrite_test!(swap_of_a_batched_weight_stays,
+        "(swap-dims (matmul (swap-dims t1:f32:2x0x3 dims:0,1) t2:f32:2x3x4) dims:0,1)"
+        => "(swap-dims (matmul (swap-dims t1:f32:2x0x3 dims:0,1) t2:f32:2x3x4) dims:0,1)");
     rewrite_test!(relu_on_another_tensor_stays,
         &format!("(mask-fill (add (matmul {X} {W}) t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)")
         => format!("(mask-fill (linear {X} {W} t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)"));

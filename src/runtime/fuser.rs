@@ -76,6 +76,7 @@ fn plan_cached(window: &Window, device: &str) -> Claim {
     if let Some(claim) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return claim.clone();
     }
+    log::trace!("hypatia: planning window {:#?}", window.ops());
     let planned = plan_window(window, &Limits::default());
     let limited = !matches!(planned.stop_reason, StopReason::Saturated);
     stats::record_egg(device, planned.elapsed, limited);

@@ -1,15 +1,35 @@
 //! Shared helpers: the two backends, seeded data and tolerant comparison.
 
-use burn::backend::wgpu::WgpuDevice;
-use burn::tensor::{DType, TensorData};
+use burn::prelude::*;
+use burn::tensor::DType;
 
-/// The plain Burn backend (its own fusion on).
-pub type Plain = burn::backend::Wgpu;
+#[cfg(not(feature = "cuda"))]
+mod backends {
+    /// The plain Burn backend (its own fusion on) with float type `F`.
+    pub type PlainOf<F> = burn::backend::Wgpu<F, i32>;
+    pub type TestDevice = burn::backend::wgpu::WgpuDevice;
+}
+
+#[cfg(feature = "cuda")]
+mod backends {
+    /// The plain Burn backend (its own fusion on) with float type `F`.
+    pub type PlainOf<F> = burn::backend::Cuda<F, i32>;
+    pub type TestDevice = burn::backend::cuda::CudaDevice;
+}
+
+pub use backends::*;
+
+/// The plain backend in f32.
+pub type Plain = PlainOf<f32>;
 /// The same backend decorated by Hypatia.
 pub type Fused = hypatia::Hypatia<Plain>;
+/// Decorated backend with float type `F`.
+pub type FusedOf<F> = hypatia::Hypatia<PlainOf<F>>;
 
-pub fn device() -> WgpuDevice {
-    WgpuDevice::default()
+pub fn device() -> TestDevice {
+    // `RUST_LOG=hypatia=debug` shows what was fused and why not.
+    let _ = env_logger::builder().is_test(true).try_init();
+    TestDevice::default()
 }
 
 /// Deterministic values in [-1, 1) (a 64-bit LCG; no dependency, same on every machine).
@@ -23,7 +43,13 @@ pub fn values(seed: u64, len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Tolerance by dtype (relative to the largest magnitude of the reference).
+/// Seeded data of `shape`, scaled by `scale`.
+pub fn data(seed: u64, shape: &[usize], scale: f32) -> TensorData {
+    let len = shape.iter().product();
+    TensorData::new(values(seed, len).into_iter().map(|v| v * scale).collect(), shape.to_vec())
+}
+
+/// Tolerance by dtype, relative to the largest reference magnitude.
 pub fn tolerance(dtype: DType) -> f32 {
     match dtype {
         DType::F16 => 2e-3,
@@ -45,7 +71,22 @@ pub fn assert_close(actual: &TensorData, expected: &TensorData, tol: f32) {
         } else if y.is_infinite() || x.is_infinite() {
             assert_eq!(x, y, "Inf mismatch at {i}");
         } else {
-            assert!((x - y).abs() <= tol * scale, "value mismatch at {i}: {x} vs {y} (tol {tol}, scale {scale})");
+            assert!(
+                (x - y).abs() <= tol * scale,
+                "value mismatch at {i}: {x} vs {y} (tol {tol}, scale {scale})"
+            );
         }
     }
+}
+
+/// Fills recently freed device memory with NaN so that an output element the kernel forgets
+/// to write shows up as a mismatch rather than as a stale correct value.
+pub fn poison<B: Backend>(elements: usize, device: &B::Device) {
+    let nan = Tensor::<B, 1>::full([elements.max(1)], f32::NAN, device);
+    let _ = nan.into_data();
+}
+
+/// Fused `linear-relu` launches so far on the test device.
+pub fn executed() -> u64 {
+    hypatia::stats(&device()).executed("linear-relu")
 }

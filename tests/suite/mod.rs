@@ -1,2 +1,4 @@
 mod common;
 mod kernel;
+mod mlp;
+mod replay;

@@ -1,0 +1,118 @@
+//! A 2-hidden-layer MLP of `nn::Linear` + `nn::Relu`: inference and training, Hypatia vs Burn.
+
+use super::common::*;
+use burn::backend::Autodiff;
+use burn::module::{Module, Param};
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    hidden1: Linear<B>,
+    hidden2: Linear<B>,
+    output: Linear<B>,
+    act: Relu,
+}
+
+fn seeded_linear<B: Backend>(d_in: usize, d_out: usize, seed: u64, bias: bool, device: &B::Device) -> Linear<B> {
+    let mut linear = LinearConfig::new(d_in, d_out).with_bias(bias).init::<B>(device);
+    let scale = 1.0 / (d_in as f32).sqrt();
+    linear.weight = Param::from_tensor(Tensor::from_data(data(seed, &[d_in, d_out], scale), device));
+    if bias {
+        linear.bias = Some(Param::from_tensor(Tensor::from_data(data(seed + 1, &[d_out], scale), device)));
+    }
+    linear
+}
+
+impl<B: Backend> Mlp<B> {
+    /// Same seeded parameters on every backend.
+    pub fn new(sizes: [usize; 4], bias: bool, device: &B::Device) -> Self {
+        Self {
+            hidden1: seeded_linear(sizes[0], sizes[1], 100, bias, device),
+            hidden2: seeded_linear(sizes[1], sizes[2], 200, bias, device),
+            output: seeded_linear(sizes[2], sizes[3], 300, bias, device),
+            act: Relu::new(),
+        }
+    }
+
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let x = self.act.forward(self.hidden1.forward(x));
+        let x = self.act.forward(self.hidden2.forward(x));
+        self.output.forward(x)
+    }
+
+    fn params(&self) -> Vec<TensorData> {
+        let mut out = Vec::new();
+        for layer in [&self.hidden1, &self.hidden2, &self.output] {
+            out.push(layer.weight.val().into_data());
+            if let Some(bias) = &layer.bias {
+                out.push(bias.val().into_data());
+            }
+        }
+        out
+    }
+}
+
+const SIZES: [usize; 4] = [32, 64, 48, 8];
+
+fn infer<B: Backend, const D: usize>(shape: [usize; D], bias: bool) -> TensorData {
+    let device = B::Device::default();
+    let model = Mlp::<B>::new(SIZES, bias, &device);
+    let x = Tensor::<B, D>::from_data(data(7, &shape, 1.0), &device);
+    model.forward(x).into_data()
+}
+
+#[test]
+fn inference_equals_burn_and_runs_fused_kernels() {
+    let before = executed();
+    let actual = infer::<Fused, 2>([33, 32], true);
+    assert_eq!(executed() - before, 2, "both hidden layers run fused: {:?}", hypatia::stats(&device()));
+    assert_close(&actual, &infer::<Plain, 2>([33, 32], true), 1e-5);
+
+    let before = executed();
+    let actual = infer::<Fused, 3>([2, 5, 32], true);
+    assert_eq!(executed() - before, 2, "rank-3 input runs fused too");
+    assert_close(&actual, &infer::<Plain, 3>([2, 5, 32], true), 1e-5);
+}
+
+#[test]
+fn linear_without_bias_runs_as_burn() {
+    let before = executed();
+    let actual = infer::<Fused, 2>([9, 32], false);
+    assert_eq!(executed(), before, "no bias is not this pattern; Burn runs it");
+    assert_close(&actual, &infer::<Plain, 2>([9, 32], false), 1e-5);
+}
+
+/// 20 Adam steps of MSE regression; returns the losses and the final parameters.
+fn train<B: AutodiffBackend>(steps: usize) -> (Vec<f32>, Vec<TensorData>) {
+    let device = B::Device::default();
+    let mut model = Mlp::<B>::new(SIZES, true, &device);
+    let mut optim = AdamConfig::new().init();
+    let x = Tensor::<B, 2>::from_data(data(21, &[16, SIZES[0]], 1.0), &device);
+    let y = Tensor::<B, 2>::from_data(data(22, &[16, SIZES[3]], 1.0), &device);
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let loss = (model.forward(x.clone()) - y.clone()).powi_scalar(2).mean();
+        losses.push(loss.clone().into_scalar().elem::<f32>());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(1e-2, model, grads);
+    }
+    (losses, model.params())
+}
+
+#[test]
+fn training_equals_burn() {
+    let before = executed();
+    let (losses, params) = train::<Autodiff<Fused>>(20);
+    assert!(executed() - before >= 40, "every forward runs fused: {:?}", hypatia::stats(&device()));
+    let (expected_losses, expected_params) = train::<Autodiff<Plain>>(20);
+    for (step, (a, b)) in losses.iter().zip(&expected_losses).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "loss at step {step}: {a} vs {b}");
+    }
+    assert!(losses[19] < losses[0], "the model learns: {losses:?}");
+    for (actual, expected) in params.iter().zip(&expected_params) {
+        assert_close(actual, expected, 1e-4);
+    }
+}
