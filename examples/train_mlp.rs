@@ -72,7 +72,8 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-/// Gaussian blobs, one per class, around random centres; deterministic.
+/// Gaussian blobs, one per class, around centres fixed by `CENTRES_SEED`; `seed` draws the
+/// samples, so train and test sets share the task but not the points.
 struct Dataset {
     features: Vec<f32>,
     labels: Vec<i64>,
@@ -80,23 +81,31 @@ struct Dataset {
 
 impl Dataset {
     fn generate(samples: usize, seed: u64) -> Self {
-        let mut state = seed;
-        let mut uniform = move || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 11) as f64 / (1u64 << 53) as f64).max(1e-12)
+        const CENTRES_SEED: u64 = 42;
+        let uniform = |mut state: u64| {
+            move || {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 11) as f64 / (1u64 << 53) as f64).max(1e-12)
+            }
         };
-        let mut normal = move |u: &mut dyn FnMut() -> f64| {
+        let normal = |u: &mut dyn FnMut() -> f64| {
             let (a, b) = (u(), u());
             ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
         };
-        let centres: Vec<f32> = (0..CLASSES * FEATURES).map(|_| 2.0 * normal(&mut uniform)).collect();
+        let mut centre_draws = uniform(CENTRES_SEED);
+        let centres: Vec<f32> = (0..CLASSES * FEATURES)
+            .map(|_| normal(&mut centre_draws))
+            .collect();
+        let mut uniform = uniform(seed);
         let mut features = Vec::with_capacity(samples * FEATURES);
         let mut labels = Vec::with_capacity(samples);
         for i in 0..samples {
             let class = i % CLASSES;
             labels.push(class as i64);
             for f in 0..FEATURES {
-                features.push(centres[class * FEATURES + f] + 1.5 * normal(&mut uniform));
+                features.push(centres[class * FEATURES + f] + 1.2 * normal(&mut uniform));
             }
         }
         Self { features, labels }
@@ -106,8 +115,16 @@ impl Dataset {
         self.labels.len()
     }
 
-    fn batch<B: Backend>(&self, start: usize, end: usize, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-        let x = TensorData::new(self.features[start * FEATURES..end * FEATURES].to_vec(), [end - start, FEATURES]);
+    fn batch<B: Backend>(
+        &self,
+        start: usize,
+        end: usize,
+        device: &B::Device,
+    ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+        let x = TensorData::new(
+            self.features[start * FEATURES..end * FEATURES].to_vec(),
+            [end - start, FEATURES],
+        );
         let y = TensorData::new(self.labels[start..end].to_vec(), [end - start]);
         (Tensor::from_data(x, device), Tensor::from_data(y, device))
     }
@@ -115,16 +132,28 @@ impl Dataset {
 
 fn accuracy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> f32 {
     let total = labels.dims()[0] as f32;
-    let correct = logits.argmax(1).squeeze_dim::<1>(1).equal(labels).int().sum().into_scalar().elem::<f32>();
+    let correct = logits
+        .argmax(1)
+        .squeeze_dim::<1>(1)
+        .equal(labels)
+        .int()
+        .sum()
+        .into_scalar()
+        .elem::<f32>();
     correct / total
 }
 
 fn main() {
     let args = Args::parse();
-    let device = <B as Backend>::Device::default();
+    let device = burn::tensor::Device::<B>::default();
     let train = Dataset::generate(args.samples, 7);
     let test = Dataset::generate(args.samples / 4, 8);
-    println!("backend: {}  (train {} samples, test {})", B::name(&device), train.len(), test.len());
+    println!(
+        "backend: {}  (train {} samples, test {})",
+        B::name(&device),
+        train.len(),
+        test.len()
+    );
 
     type T = Autodiff<B>;
     let mut model = Mlp::<T>::new(args.hidden, &device);
@@ -134,7 +163,8 @@ fn main() {
     let start = Instant::now();
     for epoch in 1..=args.epochs {
         let bar = ProgressBar::new(batches as u64).with_style(
-            ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}").expect("valid template"),
+            ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
+                .expect("valid template"),
         );
         bar.set_prefix(format!("{epoch}/{}", args.epochs));
         let (mut loss_sum, mut acc_sum) = (0.0, 0.0);
@@ -167,9 +197,15 @@ fn main() {
     B::sync(&device).expect("device work finished");
     let stats = hypatia::stats(&device);
     println!("\nHypatia fusion stats");
-    println!("{:<14} {:>8} {:>9}  fallbacks", "pattern", "matched", "executed");
+    println!(
+        "{:<14} {:>8} {:>9}  fallbacks",
+        "pattern", "matched", "executed"
+    );
     for (name, p) in &stats.patterns {
-        println!("{name:<14} {:>8} {:>9}  {:?}", p.matched, p.executed, p.fallbacks);
+        println!(
+            "{name:<14} {:>8} {:>9}  {:?}",
+            p.matched, p.executed, p.fallbacks
+        );
     }
     println!("declined windows: {:?}", stats.declined);
     println!(
@@ -180,6 +216,9 @@ fn main() {
         stats.egg.limited
     );
     if args.json {
-        println!("{}", serde_json::to_string(&stats).expect("stats serialise"));
+        println!(
+            "{}",
+            serde_json::to_string(&stats).expect("stats serialise")
+        );
     }
 }

@@ -36,13 +36,13 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod capture;
-pub mod rewrite;
-pub mod plan;
-pub mod kernel;
-pub mod fallback;
-pub mod runtime;
 pub mod backend;
+pub mod capture;
+pub mod fallback;
+pub mod kernel;
+pub mod plan;
+pub mod rewrite;
+pub mod runtime;
 mod stats;
 
 pub use backend::HypatiaBackend;

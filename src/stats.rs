@@ -57,7 +57,9 @@ pub(crate) fn device_key<D: core::fmt::Debug>(device: &D) -> String {
 }
 
 pub(crate) fn record(device: &str, update: impl FnOnce(&mut FusionStats)) {
-    let mut stats = registry().lock().unwrap_or_else(|poison| poison.into_inner());
+    let mut stats = registry()
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
     update(stats.entry(device.to_string()).or_default());
 }
 
@@ -87,12 +89,16 @@ pub(crate) fn pattern<'a>(stats: &'a mut FusionStats, name: &str) -> &'a mut Pat
 /// # }
 /// ```
 pub fn stats<D: core::fmt::Debug>(device: &D) -> FusionStats {
-    let stats = registry().lock().unwrap_or_else(|poison| poison.into_inner());
+    let stats = registry()
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
     stats.get(&device_key(device)).cloned().unwrap_or_default()
 }
 
 /// Clears the counters of `device`.
 pub fn reset_stats<D: core::fmt::Debug>(device: &D) {
-    let mut stats = registry().lock().unwrap_or_else(|poison| poison.into_inner());
+    let mut stats = registry()
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
     stats.remove(&device_key(device));
 }

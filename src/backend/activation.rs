@@ -8,8 +8,9 @@ use super::{HypatiaBackend, Inner, forward::forward};
 use burn_backend::ops::*;
 use burn_backend::tensor::*;
 use burn_backend::{
-    BoolDType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice, TensorData,
-    TensorPrimitive, quantization::{QuantScheme, QuantizationParametersPrimitive},
+    BoolDType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice,
+    TensorData, TensorPrimitive,
+    quantization::{QuantScheme, QuantizationParametersPrimitive},
 };
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use core::ops::Range;

@@ -81,10 +81,16 @@ rebind_struct! {
 macro_rules! rebind_transaction {
     ($from:ident => $to:ident) => {
         impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-            Rebind<TransactionPrimitive<$to<R, F, I, BT>>> for TransactionPrimitive<$from<R, F, I, BT>>
+            Rebind<TransactionPrimitive<$to<R, F, I, BT>>>
+            for TransactionPrimitive<$from<R, F, I, BT>>
         {
             fn rebind(self) -> TransactionPrimitive<$to<R, F, I, BT>> {
-                TransactionPrimitive::new(self.read_floats, self.read_qfloats, self.read_ints, self.read_bools)
+                TransactionPrimitive::new(
+                    self.read_floats,
+                    self.read_qfloats,
+                    self.read_ints,
+                    self.read_bools,
+                )
             }
         }
     };

@@ -19,9 +19,7 @@ mod transaction;
 
 use crate::runtime::HypatiaRuntime;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
-use burn_backend::{
-    Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData,
-};
+use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::FusionBackend;
@@ -53,7 +51,9 @@ impl<R, F, I, BT> Clone for HypatiaBackend<R, F, I, BT> {
 
 impl<R, F, I, BT> Default for HypatiaBackend<R, F, I, BT> {
     fn default() -> Self {
-        Self { _types: PhantomData }
+        Self {
+            _types: PhantomData,
+        }
     }
 }
 
@@ -67,8 +67,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BackendTyp
     type FloatTensorPrimitive = <Inner<R, F, I, BT> as BackendTypes>::FloatTensorPrimitive;
     type IntTensorPrimitive = <Inner<R, F, I, BT> as BackendTypes>::IntTensorPrimitive;
     type BoolTensorPrimitive = <Inner<R, F, I, BT> as BackendTypes>::BoolTensorPrimitive;
-    type QuantizedTensorPrimitive =
-        <Inner<R, F, I, BT> as BackendTypes>::QuantizedTensorPrimitive;
+    type QuantizedTensorPrimitive = <Inner<R, F, I, BT> as BackendTypes>::QuantizedTensorPrimitive;
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend

@@ -135,7 +135,11 @@ impl IrBuilder {
     /// `float_add` (broadcasting).
     pub fn add(&mut self, lhs: T, rhs: T) -> T {
         let (l, r) = (self.shape(lhs), self.shape(rhs));
-        let shape = if l.len() >= r.len() && l.iter().product::<usize>() >= r.iter().product() { l } else { r };
+        let shape = if l.len() >= r.len() && l.iter().product::<usize>() >= r.iter().product() {
+            l
+        } else {
+            r
+        };
         self.op(Node::Add(lhs, rhs), &shape, self.dtype)
     }
 
@@ -161,7 +165,11 @@ impl IrBuilder {
     pub fn relu(&mut self, x: T) -> T {
         let shape = self.shape(x);
         let s = self.scalar();
-        let mask = self.op(Node::LowerEqualElem(x, s), &shape, DType::Bool(burn_backend::BoolStore::Native));
+        let mask = self.op(
+            Node::LowerEqualElem(x, s),
+            &shape,
+            DType::Bool(burn_backend::BoolStore::Native),
+        );
         let fill = self.scalar();
         self.op(Node::MaskFill(x, mask, fill), &shape, self.dtype)
     }
@@ -177,14 +185,22 @@ impl IrBuilder {
     pub fn lower_equal_zero(&mut self, x: T) -> T {
         let shape = self.shape(x);
         let s = self.scalar();
-        self.op(Node::LowerEqualElem(x, s), &shape, DType::Bool(burn_backend::BoolStore::Native))
+        self.op(
+            Node::LowerEqualElem(x, s),
+            &shape,
+            DType::Bool(burn_backend::BoolStore::Native),
+        )
     }
 
     /// Burn's `clamp_min(x, 0)`: `mask_fill(x, lower_elem(x, 0), 0)`.
     pub fn clamp_min(&mut self, x: T) -> T {
         let shape = self.shape(x);
         let s = self.scalar();
-        let mask = self.op(Node::LowerElem(x, s), &shape, DType::Bool(burn_backend::BoolStore::Native));
+        let mask = self.op(
+            Node::LowerElem(x, s),
+            &shape,
+            DType::Bool(burn_backend::BoolStore::Native),
+        );
         let fill = self.scalar();
         self.op(Node::MaskFill(x, mask, fill), &shape, self.dtype)
     }
@@ -193,9 +209,17 @@ impl IrBuilder {
     /// (or `full(0)` when `full` is set).
     pub fn max_pair_zeros(&mut self, x: T, full: bool) -> T {
         let shape = self.shape(x);
-        let node = if full { Node::Full(self.scalar()) } else { Node::Zeros };
+        let node = if full {
+            Node::Full(self.scalar())
+        } else {
+            Node::Zeros
+        };
         let zeros = self.op(node, &shape, self.dtype);
-        let mask = self.op(Node::Lower(x, zeros), &shape, DType::Bool(burn_backend::BoolStore::Native));
+        let mask = self.op(
+            Node::Lower(x, zeros),
+            &shape,
+            DType::Bool(burn_backend::BoolStore::Native),
+        );
         self.op(Node::MaskWhere(x, mask, zeros), &shape, self.dtype)
     }
 
@@ -273,18 +297,93 @@ impl IrBuilder {
                 let dtype = self.dtypes[out.0 as usize];
                 let out = write(out);
                 match node {
-                    Node::Matmul(l, r) => OperationIr::Float(dtype, FloatOperationIr::Matmul(MatmulOpIr { lhs: read(l, i), rhs: read(r, i), out })),
-                    Node::Add(l, r) => OperationIr::NumericFloat(dtype, NumericOperationIr::Add(BinaryOpIr { lhs: read(l, i), rhs: read(r, i), out })),
-                    Node::Lower(l, r) => OperationIr::NumericFloat(self.dtypes[l.0 as usize], NumericOperationIr::Lower(BinaryOpIr { lhs: read(l, i), rhs: read(r, i), out })),
-                    Node::Reshape(t) => OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr { input: read(t, i), out })),
-                    Node::SwapDims(t, dim1, dim2) => OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr { input: read(t, i), out, dim1, dim2 })),
-                    Node::LowerEqualElem(t, s) => OperationIr::NumericFloat(self.dtypes[t.0 as usize], NumericOperationIr::LowerEqualElem(ScalarOpIr { lhs: read(t, i), rhs: scalar(s), out })),
-                    Node::LowerElem(t, s) => OperationIr::NumericFloat(self.dtypes[t.0 as usize], NumericOperationIr::LowerElem(ScalarOpIr { lhs: read(t, i), rhs: scalar(s), out })),
-                    Node::MaskFill(t, m, s) => OperationIr::BaseFloat(BaseOperationIr::MaskFill(MaskFillOpIr { tensor: read(t, i), mask: read(m, i), value: scalar(s), out })),
-                    Node::MaskWhere(t, m, v) => OperationIr::BaseFloat(BaseOperationIr::MaskWhere(MaskWhereOpIr { tensor: read(t, i), mask: read(m, i), value: read(v, i), out })),
-                    Node::Zeros => OperationIr::BaseFloat(BaseOperationIr::Zeros(CreationOpIr { out })),
-                    Node::Full(s) => OperationIr::NumericFloat(dtype, NumericOperationIr::Full(FullOpIr { out, value: scalar(s) })),
-                    Node::Exp(t) => OperationIr::Float(dtype, FloatOperationIr::Exp(UnaryOpIr { input: read(t, i), out })),
+                    Node::Matmul(l, r) => OperationIr::Float(
+                        dtype,
+                        FloatOperationIr::Matmul(MatmulOpIr {
+                            lhs: read(l, i),
+                            rhs: read(r, i),
+                            out,
+                        }),
+                    ),
+                    Node::Add(l, r) => OperationIr::NumericFloat(
+                        dtype,
+                        NumericOperationIr::Add(BinaryOpIr {
+                            lhs: read(l, i),
+                            rhs: read(r, i),
+                            out,
+                        }),
+                    ),
+                    Node::Lower(l, r) => OperationIr::NumericFloat(
+                        self.dtypes[l.0 as usize],
+                        NumericOperationIr::Lower(BinaryOpIr {
+                            lhs: read(l, i),
+                            rhs: read(r, i),
+                            out,
+                        }),
+                    ),
+                    Node::Reshape(t) => {
+                        OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
+                            input: read(t, i),
+                            out,
+                        }))
+                    }
+                    Node::SwapDims(t, dim1, dim2) => {
+                        OperationIr::BaseFloat(BaseOperationIr::SwapDims(SwapDimsOpIr {
+                            input: read(t, i),
+                            out,
+                            dim1,
+                            dim2,
+                        }))
+                    }
+                    Node::LowerEqualElem(t, s) => OperationIr::NumericFloat(
+                        self.dtypes[t.0 as usize],
+                        NumericOperationIr::LowerEqualElem(ScalarOpIr {
+                            lhs: read(t, i),
+                            rhs: scalar(s),
+                            out,
+                        }),
+                    ),
+                    Node::LowerElem(t, s) => OperationIr::NumericFloat(
+                        self.dtypes[t.0 as usize],
+                        NumericOperationIr::LowerElem(ScalarOpIr {
+                            lhs: read(t, i),
+                            rhs: scalar(s),
+                            out,
+                        }),
+                    ),
+                    Node::MaskFill(t, m, s) => {
+                        OperationIr::BaseFloat(BaseOperationIr::MaskFill(MaskFillOpIr {
+                            tensor: read(t, i),
+                            mask: read(m, i),
+                            value: scalar(s),
+                            out,
+                        }))
+                    }
+                    Node::MaskWhere(t, m, v) => {
+                        OperationIr::BaseFloat(BaseOperationIr::MaskWhere(MaskWhereOpIr {
+                            tensor: read(t, i),
+                            mask: read(m, i),
+                            value: read(v, i),
+                            out,
+                        }))
+                    }
+                    Node::Zeros => {
+                        OperationIr::BaseFloat(BaseOperationIr::Zeros(CreationOpIr { out }))
+                    }
+                    Node::Full(s) => OperationIr::NumericFloat(
+                        dtype,
+                        NumericOperationIr::Full(FullOpIr {
+                            out,
+                            value: scalar(s),
+                        }),
+                    ),
+                    Node::Exp(t) => OperationIr::Float(
+                        dtype,
+                        FloatOperationIr::Exp(UnaryOpIr {
+                            input: read(t, i),
+                            out,
+                        }),
+                    ),
                 }
             })
             .collect()
@@ -305,7 +404,11 @@ fn node_inputs(node: &Node) -> Vec<T> {
         Node::Matmul(a, b) | Node::Add(a, b) | Node::Lower(a, b) => vec![a, b],
         Node::MaskFill(a, b, _) => vec![a, b],
         Node::MaskWhere(a, b, c) => vec![a, b, c],
-        Node::Reshape(a) | Node::SwapDims(a, _, _) | Node::LowerEqualElem(a, _) | Node::LowerElem(a, _) | Node::Exp(a) => vec![a],
+        Node::Reshape(a)
+        | Node::SwapDims(a, _, _)
+        | Node::LowerEqualElem(a, _)
+        | Node::LowerElem(a, _)
+        | Node::Exp(a) => vec![a],
         Node::Zeros | Node::Full(_) => vec![],
     }
 }

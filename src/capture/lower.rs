@@ -46,12 +46,18 @@ pub fn lower(window: &Window) -> Lowered {
     let mut roots = Vec::new();
 
     for op in window.ops() {
-        let scalar = |i: usize| op.scalars.get(i).map(|&s| TensorLang::Scalar(ScalarLeaf(s)));
+        let scalar = |i: usize| {
+            op.scalars
+                .get(i)
+                .map(|&s| TensorLang::Scalar(ScalarLeaf(s)))
+        };
         let needs_scalars = match op.kind {
             OpKind::LowerEqualElem | OpKind::LowerElem | OpKind::MaskFill | OpKind::Full => 1,
             _ => 0,
         };
-        if matches!(op.kind, OpKind::Opaque | OpKind::Bookkeeping) || op.scalars.len() < needs_scalars {
+        if matches!(op.kind, OpKind::Opaque | OpKind::Bookkeeping)
+            || op.scalars.len() < needs_scalars
+        {
             continue;
         }
         let mut input = |i: usize| class_or_leaf(&mut egraph, &mut class_of, &op.inputs[i]);

@@ -52,7 +52,10 @@ impl OpKind {
 
     /// Ops that cost no pass over memory when run as Burn's: views and bookkeeping.
     pub fn is_free(&self) -> bool {
-        matches!(self, OpKind::Reshape | OpKind::SwapDims { .. } | OpKind::Bookkeeping)
+        matches!(
+            self,
+            OpKind::Reshape | OpKind::SwapDims { .. } | OpKind::Bookkeeping
+        )
     }
 }
 
@@ -96,19 +99,30 @@ impl CapturedOp {
                     (OpKind::Reshape, vec![&r.input], &r.out, vec![])
                 }
                 OperationIr::BaseFloat(BaseOperationIr::SwapDims(s)) => {
-                    let kind = OpKind::SwapDims { dim1: s.dim1, dim2: s.dim2 };
+                    let kind = OpKind::SwapDims {
+                        dim1: s.dim1,
+                        dim2: s.dim2,
+                    };
                     (kind, vec![&s.input], &s.out, vec![])
                 }
-                OperationIr::BaseFloat(BaseOperationIr::MaskFill(m)) => {
-                    (OpKind::MaskFill, vec![&m.tensor, &m.mask], &m.out, vec![&m.value])
-                }
-                OperationIr::BaseFloat(BaseOperationIr::MaskWhere(m)) => {
-                    (OpKind::MaskWhere, vec![&m.tensor, &m.mask, &m.value], &m.out, vec![])
-                }
+                OperationIr::BaseFloat(BaseOperationIr::MaskFill(m)) => (
+                    OpKind::MaskFill,
+                    vec![&m.tensor, &m.mask],
+                    &m.out,
+                    vec![&m.value],
+                ),
+                OperationIr::BaseFloat(BaseOperationIr::MaskWhere(m)) => (
+                    OpKind::MaskWhere,
+                    vec![&m.tensor, &m.mask, &m.value],
+                    &m.out,
+                    vec![],
+                ),
                 OperationIr::BaseFloat(BaseOperationIr::Zeros(z)) => {
                     (OpKind::Zeros, vec![], &z.out, vec![])
                 }
-                OperationIr::Init(_) | OperationIr::Drop(_) => return Self::opaque(op, OpKind::Bookkeeping),
+                OperationIr::Init(_) | OperationIr::Drop(_) => {
+                    return Self::opaque(op, OpKind::Bookkeeping);
+                }
                 _ => return Self::opaque(op, OpKind::Opaque),
             };
         Self {

@@ -140,7 +140,11 @@ fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
-fn alloc<R: Runtime>(like: &CubeFusionHandle<R>, shape: &[usize], dtype: DType) -> CubeFusionHandle<R> {
+fn alloc<R: Runtime>(
+    like: &CubeFusionHandle<R>,
+    shape: &[usize],
+    dtype: DType,
+) -> CubeFusionHandle<R> {
     let bytes = shape.iter().product::<usize>() * dtype.size();
     CubeFusionHandle {
         client: like.client.clone(),
@@ -220,9 +224,17 @@ mod tests {
 
     #[test]
     fn checks_broadcast_batch_and_bias() {
-        let problem = check_linear((&[2, 3, 4], DType::F32), (&[4, 5], DType::F32), Some((&[5], DType::F32)));
+        let problem = check_linear(
+            (&[2, 3, 4], DType::F32),
+            (&[4, 5], DType::F32),
+            Some((&[5], DType::F32)),
+        );
         assert_eq!(problem.unwrap().out_shape, vec![2, 3, 5]);
-        let problem = check_linear((&[2, 3, 4], DType::F32), (&[1, 4, 5], DType::F32), Some((&[1, 1, 5], DType::F32)));
+        let problem = check_linear(
+            (&[2, 3, 4], DType::F32),
+            (&[1, 4, 5], DType::F32),
+            Some((&[1, 1, 5], DType::F32)),
+        );
         assert_eq!(problem.unwrap().batch, 2);
     }
 
@@ -230,7 +242,12 @@ mod tests {
     fn rejects_what_the_kernel_cannot_run() {
         let err = check_linear((&[3, 4], DType::F32), (&[5, 6], DType::F32), None).unwrap_err();
         assert_eq!(err.key(), "incompatible-shapes");
-        let err = check_linear((&[3, 4], DType::F32), (&[4, 6], DType::F32), Some((&[2, 6], DType::F32))).unwrap_err();
+        let err = check_linear(
+            (&[3, 4], DType::F32),
+            (&[4, 6], DType::F32),
+            Some((&[2, 6], DType::F32)),
+        )
+        .unwrap_err();
         assert_eq!(err.key(), "incompatible-shapes");
         let err = check_linear((&[3, 4], DType::F64), (&[4, 6], DType::F64), None).unwrap_err();
         assert_eq!(err.key(), "unsupported-dtype");

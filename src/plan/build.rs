@@ -91,16 +91,22 @@ pub struct Candidate {
 }
 
 /// The roots whose cheapest term is a fused node, in window order.
-pub fn find_candidates(window: &Window, lowered: &Lowered, saturated: &Saturated) -> Vec<Candidate> {
+pub fn find_candidates(
+    window: &Window,
+    lowered: &Lowered,
+    saturated: &Saturated,
+) -> Vec<Candidate> {
     let extractor = Extractor::new(&saturated.egraph, CostModel);
     let egraph = &saturated.egraph;
     let raw: Vec<_> = lowered
         .roots
         .iter()
-        .filter_map(|root| match extractor.find_best_node(lowered.class_of[root]) {
-            TensorLang::FusedLinearRelu([x, w, b]) => Some((*root, [*x, *w, *b])),
-            _ => None,
-        })
+        .filter_map(
+            |root| match extractor.find_best_node(lowered.class_of[root]) {
+                TensorLang::FusedLinearRelu([x, w, b]) => Some((*root, [*x, *w, *b])),
+                _ => None,
+            },
+        )
         .collect();
     let roots: HashSet<TensorId> = raw.iter().map(|(root, _)| *root).collect();
     // An operand class may hold several window tensors: prefer one that is certainly
@@ -153,16 +159,23 @@ impl Covered {
 
 /// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
 fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
-    let operands: HashSet<TensorId> =
-        [Some(candidate.x), Some(candidate.w), candidate.bias].into_iter().flatten().collect();
+    let operands: HashSet<TensorId> = [Some(candidate.x), Some(candidate.w), candidate.bias]
+        .into_iter()
+        .flatten()
+        .collect();
     let mut ops = BTreeSet::new();
     let mut stack = vec![candidate.root];
     while let Some(tensor) = stack.pop() {
         if operands.contains(&tensor) {
             continue;
         }
-        let producer = window.find_producer(tensor).ok_or(Reason::InputNotMaterialized)?;
-        if matches!(window.ops()[producer].kind, OpKind::Opaque | OpKind::Bookkeeping) {
+        let producer = window
+            .find_producer(tensor)
+            .ok_or(Reason::InputNotMaterialized)?;
+        if matches!(
+            window.ops()[producer].kind,
+            OpKind::Opaque | OpKind::Bookkeeping
+        ) {
             return Err(Reason::InputNotMaterialized);
         }
         if ops.insert(producer) {
@@ -180,7 +193,9 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
         if value == candidate.root {
             continue;
         }
-        let read_outside = window.find_readers(value).any(|reader| !ops.contains(&reader));
+        let read_outside = window
+            .find_readers(value)
+            .any(|reader| !ops.contains(&reader));
         let kept = window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly);
         if (read_outside || kept) && Some(value) != pre {
             return Err(Reason::KeepsIntermediate);
@@ -214,8 +229,10 @@ pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
     }
     // A match may not read another match's insides: the fused kernels never write them.
     loop {
-        let insides: HashSet<TensorId> =
-            accepted.iter().flat_map(|a| a.intermediates(window)).collect();
+        let insides: HashSet<TensorId> = accepted
+            .iter()
+            .flat_map(|a| a.intermediates(window))
+            .collect();
         let before = accepted.len();
         accepted.retain(|a| a.operands().all(|t| !insides.contains(&t)));
         if accepted.len() == before {
@@ -226,7 +243,10 @@ pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
     if accepted.is_empty() {
         return Claim::Declined(first_decline.unwrap_or(Reason::NoMatch));
     }
-    let covered: BTreeSet<usize> = accepted.iter().flat_map(|a| a.ops.iter().copied()).collect();
+    let covered: BTreeSet<usize> = accepted
+        .iter()
+        .flat_map(|a| a.ops.iter().copied())
+        .collect();
     // Leading free ops (a transposed weight, a bias unsqueezed before the matmul, a tensor
     // registered from host data) run as Burn's ops; any other leading op is left to Burn.
     let first = *covered.first().expect("not empty");
@@ -247,15 +267,20 @@ fn check_interleaved(
     covered: &BTreeSet<usize>,
     len: usize,
 ) -> Result<(), Reason> {
-    let insides: HashSet<TensorId> =
-        accepted.iter().flat_map(|a| a.intermediates(window)).collect();
+    let insides: HashSet<TensorId> = accepted
+        .iter()
+        .flat_map(|a| a.intermediates(window))
+        .collect();
     for index in (0..len).filter(|i| !covered.contains(i)) {
         let reads: Vec<TensorId> = window.ops()[index].inputs.iter().map(|t| t.id).collect();
         if reads.iter().any(|t| insides.contains(t)) {
             return Err(Reason::InterleavedRead);
         }
         let pending = accepted.iter().filter(|a| {
-            let (first, last) = (*a.ops.first().expect("covers ops"), *a.ops.last().expect("covers ops"));
+            let (first, last) = (
+                *a.ops.first().expect("covers ops"),
+                *a.ops.last().expect("covers ops"),
+            );
             first < index && index < last
         });
         for a in pending {
@@ -275,10 +300,15 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
             let ops: Vec<usize> = a.ops.iter().copied().collect();
             let reference = |id: TensorId| TensorRef {
                 id,
-                status: window.find_last_status(id, &ops).unwrap_or(TensorStatus::ReadOnly),
+                status: window
+                    .find_last_status(id, &ops)
+                    .unwrap_or(TensorStatus::ReadOnly),
             };
             let c = &a.candidate;
-            zero_scalars.extend(ops.iter().flat_map(|&i| window.ops()[i].scalars.iter().copied()));
+            zero_scalars.extend(
+                ops.iter()
+                    .flat_map(|&i| window.ops()[i].scalars.iter().copied()),
+            );
             steps.push(Step::Fused(FusedLinear {
                 x: reference(c.x),
                 w: reference(c.w),

@@ -36,12 +36,22 @@ fn claims_linear_relu_with_bias() {
     assert_eq!(plan.len, 5);
     assert_eq!(plan.steps.len(), 1);
     let step = plan.fused().next().unwrap();
-    assert_eq!((step.x.id, step.w.id, step.bias.unwrap().id), (id(x), id(w), id(b)));
+    assert_eq!(
+        (step.x.id, step.w.id, step.bias.unwrap().id),
+        (id(x), id(w), id(b))
+    );
     assert_eq!(step.out, id(y));
-    assert_eq!(step.pre, None, "nothing reads the pre-activation after the window");
+    assert_eq!(
+        step.pre, None,
+        "nothing reads the pre-activation after the window"
+    );
     assert_eq!(step.x.status, TensorStatus::ReadWrite);
     assert_eq!(step.w.status, TensorStatus::ReadOnly);
-    assert_eq!(plan.zero_scalars.len(), 2, "relu's threshold and fill value are guarded");
+    assert_eq!(
+        plan.zero_scalars.len(),
+        2,
+        "relu's threshold and fill value are guarded"
+    );
 }
 
 #[test]
@@ -76,7 +86,10 @@ fn claims_rank_three_input() {
     let plan = fused(plan(&ir, &[y]));
     assert_eq!(plan.len, 6);
     let step = plan.fused().next().unwrap();
-    assert_eq!((step.x.id, step.w.id, step.bias.unwrap().id), (id(x), id(w), id(b)));
+    assert_eq!(
+        (step.x.id, step.w.id, step.bias.unwrap().id),
+        (id(x), id(w), id(b))
+    );
 }
 
 #[test]
@@ -125,7 +138,10 @@ fn chains_two_layers_in_one_plan() {
     assert_eq!(plan.len, 10);
     let steps: Vec<_> = plan.fused().collect();
     assert_eq!(steps.len(), 2);
-    assert_eq!(steps[1].x.id, steps[0].out, "layer 2 reads layer 1's fused output");
+    assert_eq!(
+        steps[1].x.id, steps[0].out,
+        "layer 2 reads layer 1's fused output"
+    );
 }
 
 #[test]
@@ -136,7 +152,11 @@ fn claims_up_to_a_trailing_linear_without_activation() {
     let h = ir.linear(x, w1, Some(b1));
     let h = ir.relu(h);
     let y = ir.linear(h, w2, Some(b2));
-    assert_eq!(fused(plan(&ir, &[y])).len, 5, "the last Linear is left to Burn");
+    assert_eq!(
+        fused(plan(&ir, &[y])).len,
+        5,
+        "the last Linear is left to Burn"
+    );
 }
 
 #[test]
@@ -152,7 +172,11 @@ fn runs_a_view_between_fused_ops() {
     let y = ir.relu(pre);
     let plan = fused(plan(&ir, &[y]));
     assert_eq!(plan.len, 6);
-    assert!(plan.steps.contains(&Step::Run(1)), "swap_dims runs as Burn's view: {:?}", plan.steps);
+    assert!(
+        plan.steps.contains(&Step::Run(1)),
+        "swap_dims runs as Burn's view: {:?}",
+        plan.steps
+    );
     assert_eq!(plan.fused().next().unwrap().w.id, id(w));
 }
 

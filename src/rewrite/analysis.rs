@@ -24,7 +24,12 @@ impl Analysis<TensorLang> for TensorAnalysis {
 
     fn make(egraph: &mut TensorGraph, node: &TensorLang, _id: Id) -> Self::Data {
         let info = |id: &Id| egraph[*id].data.clone();
-        let with = |id: &Id, shape: Dims| info(id).map(|i| TensorInfo { elem: i.elem, shape });
+        let with = |id: &Id, shape: Dims| {
+            info(id).map(|i| TensorInfo {
+                elem: i.elem,
+                shape,
+            })
+        };
         match node {
             TensorLang::Tensor(leaf) => Some(TensorInfo {
                 elem: leaf.elem,
@@ -41,7 +46,10 @@ impl Analysis<TensorLang> for TensorAnalysis {
                 with(lhs, broadcast(&info(lhs)?.shape, &info(rhs)?.shape)?)
             }
             TensorLang::LowerEqualElem([lhs, _]) | TensorLang::LowerElem([lhs, _]) => {
-                Some(TensorInfo { elem: Elem::Bool, shape: info(lhs)?.shape })
+                Some(TensorInfo {
+                    elem: Elem::Bool,
+                    shape: info(lhs)?.shape,
+                })
             }
             TensorLang::Lower([lhs, rhs]) => Some(TensorInfo {
                 elem: Elem::Bool,

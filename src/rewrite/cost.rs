@@ -70,7 +70,9 @@ mod tests {
 
     #[test]
     fn fused_linear_relu_is_cheaper_than_its_parts() {
-        let parts = cost("(mask-fill (add (matmul t1:f32:1x2 t2:f32:2x3) t3:f32:0x3) (le (add (matmul t1:f32:1x2 t2:f32:2x3) t3:f32:0x3) scalar:0) scalar:1)");
+        let parts = cost(
+            "(mask-fill (add (matmul t1:f32:1x2 t2:f32:2x3) t3:f32:0x3) (le (add (matmul t1:f32:1x2 t2:f32:2x3) t3:f32:0x3) scalar:0) scalar:1)",
+        );
         let fused = cost("(fused-linear-relu t1:f32:1x2 t2:f32:2x3 t3:f32:0x3)");
         // Tree cost counts the shared add twice: 2 * (20 + 10) + 10 + 10 = 80.
         assert_eq!(parts, 80.0);

@@ -86,10 +86,17 @@ impl Elem {
 impl FromStr for Elem {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Elem::F64, Elem::F32, Elem::F16, Elem::BF16, Elem::Bool, Elem::Other]
-            .into_iter()
-            .find(|e| e.name() == s)
-            .ok_or_else(|| format!("unknown element type {s}"))
+        [
+            Elem::F64,
+            Elem::F32,
+            Elem::F16,
+            Elem::BF16,
+            Elem::Bool,
+            Elem::Other,
+        ]
+        .into_iter()
+        .find(|e| e.name() == s)
+        .ok_or_else(|| format!("unknown element type {s}"))
     }
 }
 
@@ -97,7 +104,10 @@ impl FromStr for Elem {
 pub type Dims = Vec<usize>;
 
 fn fmt_dims(dims: &[usize], sep: &str) -> String {
-    dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(sep)
+    dims.iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
 }
 
 fn parse_dims(s: &str, sep: char) -> Result<Dims, String> {
@@ -123,7 +133,13 @@ pub struct TensorLeaf {
 
 impl fmt::Display for TensorLeaf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "t{}:{}:{}", self.id, self.elem.name(), fmt_dims(&self.shape, "x"))
+        write!(
+            f,
+            "t{}:{}:{}",
+            self.id,
+            self.elem.name(),
+            fmt_dims(&self.shape, "x")
+        )
     }
 }
 
@@ -153,7 +169,9 @@ impl fmt::Display for ShapeLeaf {
 impl FromStr for ShapeLeaf {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let dims = s.strip_prefix("shape:").ok_or("shape leaf starts with shape:")?;
+        let dims = s
+            .strip_prefix("shape:")
+            .ok_or("shape leaf starts with shape:")?;
         Ok(Self(parse_dims(dims, 'x')?))
     }
 }
@@ -171,8 +189,12 @@ impl fmt::Display for ScalarLeaf {
 impl FromStr for ScalarLeaf {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let id = s.strip_prefix("scalar:").ok_or("scalar leaf starts with scalar:")?;
-        Ok(Self(id.parse().map_err(|e| format!("bad scalar id {id}: {e}"))?))
+        let id = s
+            .strip_prefix("scalar:")
+            .ok_or("scalar leaf starts with scalar:")?;
+        Ok(Self(
+            id.parse().map_err(|e| format!("bad scalar id {id}: {e}"))?,
+        ))
     }
 }
 
@@ -189,7 +211,11 @@ impl fmt::Display for DimsLeaf {
 impl FromStr for DimsLeaf {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let dims = parse_dims(s.strip_prefix("dims:").ok_or("dims leaf starts with dims:")?, ',')?;
+        let dims = parse_dims(
+            s.strip_prefix("dims:")
+                .ok_or("dims leaf starts with dims:")?,
+            ',',
+        )?;
         match dims[..] {
             [a, b] => Ok(Self(a, b)),
             _ => Err(format!("dims leaf needs two dims: {s}")),

@@ -38,7 +38,8 @@ fn var(name: &str) -> Var {
 fn is_float(x: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
     let x = var(x);
     move |egraph, _, subst| {
-        info(egraph, subst, x).is_some_and(|i| !matches!(i.elem, super::Elem::Bool | super::Elem::Other))
+        info(egraph, subst, x)
+            .is_some_and(|i| !matches!(i.elem, super::Elem::Bool | super::Elem::Other))
     }
 }
 
@@ -66,14 +67,21 @@ fn unsqueezes_matrix(w: &str, s: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) 
             return false;
         };
         let pad = target.len().saturating_sub(2);
-        w.shape.len() == 2 && target.len() >= 2 && target[pad..] == w.shape[..] && target[..pad].iter().all(|&d| d == 0)
+        w.shape.len() == 2
+            && target.len() >= 2
+            && target[pad..] == w.shape[..]
+            && target[..pad].iter().all(|&d| d == 0)
     }
 }
 
 /// `?d` swaps the last batch dim of `?x` with its row dim, and `?w` is broadcast along that
 /// batch dim. Burn's `Tensor::matmul` does this swap for `[.., B, 1, K] @ [.., 1, K, N]`; the
 /// swapped product equals the plain one whenever `?w` does not vary along the batch dim.
-fn swaps_batch_into_rows(x: &str, w: &str, d: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+fn swaps_batch_into_rows(
+    x: &str,
+    w: &str,
+    d: &str,
+) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
     let (x, w, d) = (var(x), var(w), var(d));
     move |egraph, _, subst| {
         let (Some(x), Some(w)) = (info(egraph, subst, x), info(egraph, subst, w)) else {
@@ -99,10 +107,16 @@ fn swaps_batch_into_rows(x: &str, w: &str, d: &str) -> impl Fn(&mut TensorGraph,
 fn is_row_bias(b: &str, x: &str, w: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
     let (b, x, w) = (var(b), var(x), var(w));
     move |egraph, _, subst| {
-        let (Some(b), Some(x), Some(w)) = (info(egraph, subst, b), info(egraph, subst, x), info(egraph, subst, w)) else {
+        let (Some(b), Some(x), Some(w)) = (
+            info(egraph, subst, b),
+            info(egraph, subst, x),
+            info(egraph, subst, w),
+        ) else {
             return false;
         };
-        let Some((last, rest)) = b.shape.split_last() else { return false };
+        let Some((last, rest)) = b.shape.split_last() else {
+            return false;
+        };
         let out_rank = x.shape.len().max(w.shape.len());
         Some(last) == w.shape.last() && rest.iter().all(|&d| d == 0) && b.shape.len() <= out_rank
     }
@@ -118,7 +132,10 @@ fn is_vector(b: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
 fn same_kernel_float(vars: &[&str]) -> Condition {
     let vars: Vec<Var> = vars.iter().map(|v| var(v)).collect();
     Box::new(move |egraph, _, subst| {
-        let elems: Option<Vec<_>> = vars.iter().map(|&v| info(egraph, subst, v).map(|i| i.elem)).collect();
+        let elems: Option<Vec<_>> = vars
+            .iter()
+            .map(|&v| info(egraph, subst, v).map(|i| i.elem))
+            .collect();
         elems.is_some_and(|e| e[0].is_kernel_float() && e.iter().all(|x| *x == e[0]))
     })
 }
@@ -131,7 +148,10 @@ mod tests {
     fn best(input: &str) -> String {
         let mut egraph = TensorGraph::default();
         let root = egraph.add_expr(&input.parse().unwrap());
-        saturate(egraph, &Limits::default()).find_best(root).1.to_string()
+        saturate(egraph, &Limits::default())
+            .find_best(root)
+            .1
+            .to_string()
     }
 
     macro_rules! rewrite_test {

@@ -96,8 +96,14 @@ fn plan_cached(window: &Window, device: &str) -> Claim {
             });
         }
         Claim::Declined(reason) => {
-            log::debug!("hypatia: declined a window of {} op(s): {}", window.len(), reason.key());
-            stats::record(device, |s| *s.declined.entry(reason.key().to_string()).or_default() += 1);
+            log::debug!(
+                "hypatia: declined a window of {} op(s): {}",
+                window.len(),
+                reason.key()
+            );
+            stats::record(device, |s| {
+                *s.declined.entry(reason.key().to_string()).or_default() += 1
+            });
         }
     }
     let mut cache = cache().lock().unwrap_or_else(|p| p.into_inner());
@@ -124,7 +130,10 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
     }
 
     fn finish(&mut self) -> HypatiaOptimization<R> {
-        let plan = self.claim.as_ref().expect("finish is only called on a ready fuser");
+        let plan = self
+            .claim
+            .as_ref()
+            .expect("finish is only called on a ready fuser");
         HypatiaOptimization::Linear(LinearOptimization::new(
             plan.as_ref().clone(),
             self.device.clone(),

@@ -63,10 +63,16 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     }
 
     fn record_fallback(&self, step: &FusedLinear, reason: &FallbackReason) {
-        log::debug!("hypatia: {} fell back to Burn's ops: {reason}", step.epilogue.pattern());
+        log::debug!(
+            "hypatia: {} fell back to Burn's ops: {reason}",
+            step.epilogue.pattern()
+        );
         stats::record(&self.device_key, |s| {
             let pattern = stats::pattern(s, step.epilogue.pattern());
-            *pattern.fallbacks.entry(reason.key().to_string()).or_default() += 1;
+            *pattern
+                .fallbacks
+                .entry(reason.key().to_string())
+                .or_default() += 1;
         });
     }
 }
@@ -105,7 +111,13 @@ fn run_fused<R: CubeRuntime>(
         .flatten()
         .map(|r| (r, real_tensor(context, &r)))
         .collect();
-    let out = real_tensor(context, &TensorRef { id: step.out, status: TensorStatus::NotInit });
+    let out = real_tensor(
+        context,
+        &TensorRef {
+            id: step.out,
+            status: TensorStatus::NotInit,
+        },
+    );
     let problem = check_linear(
         (&inputs[0].1.shape, inputs[0].1.dtype),
         (&inputs[1].1.shape, inputs[1].1.dtype),
@@ -137,13 +149,21 @@ fn run_fused<R: CubeRuntime>(
     let mut released = Vec::new();
     for (reference, tensor) in &inputs {
         if reference.status == TensorStatus::ReadWrite && !released.contains(&tensor.id) {
-            context.handles.get_handle(&tensor.id, &TensorStatus::ReadWrite);
+            context
+                .handles
+                .get_handle(&tensor.id, &TensorStatus::ReadWrite);
             released.push(tensor.id);
         }
     }
     context.handles.register_handle(out.id, outputs.out);
     if let (Some(pre), Some(handle)) = (step.pre, outputs.pre) {
-        let pre = real_tensor(context, &TensorRef { id: pre, status: TensorStatus::NotInit });
+        let pre = real_tensor(
+            context,
+            &TensorRef {
+                id: pre,
+                status: TensorStatus::NotInit,
+            },
+        );
         context.handles.register_handle(pre.id, handle);
     }
     Ok(())

@@ -34,10 +34,14 @@ pub fn device() -> TestDevice {
 
 /// Deterministic values in [-1, 1) (a 64-bit LCG; no dependency, same on every machine).
 pub fn values(seed: u64, len: usize) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -46,7 +50,10 @@ pub fn values(seed: u64, len: usize) -> Vec<f32> {
 /// Seeded data of `shape`, scaled by `scale`.
 pub fn data(seed: u64, shape: &[usize], scale: f32) -> TensorData {
     let len = shape.iter().product();
-    TensorData::new(values(seed, len).into_iter().map(|v| v * scale).collect(), shape.to_vec())
+    TensorData::new(
+        values(seed, len).into_iter().map(|v| v * scale).collect(),
+        shape.to_vec(),
+    )
 }
 
 /// Tolerance by dtype, relative to the largest reference magnitude.
@@ -64,7 +71,10 @@ pub fn assert_close(actual: &TensorData, expected: &TensorData, tol: f32) {
     assert_eq!(actual.shape, expected.shape, "shapes differ");
     let a: Vec<f32> = actual.clone().convert::<f32>().to_vec().unwrap();
     let b: Vec<f32> = expected.clone().convert::<f32>().to_vec().unwrap();
-    let scale = b.iter().filter(|v| v.is_finite()).fold(1.0f32, |m, v| m.max(v.abs()));
+    let scale = b
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(1.0f32, |m, v| m.max(v.abs()));
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         if y.is_nan() || x.is_nan() {
             assert!(x.is_nan() && y.is_nan(), "NaN mismatch at {i}: {x} vs {y}");

@@ -24,7 +24,15 @@ struct Case {
 }
 
 const fn case(m: usize, k: usize, n: usize) -> Case {
-    Case { lead: &[], m, k, n, transpose_x: false, transpose_w: false, specials: false }
+    Case {
+        lead: &[],
+        m,
+        k,
+        n,
+        transpose_x: false,
+        transpose_w: false,
+        specials: false,
+    }
 }
 
 fn forward<B: Backend, const D: usize>(case: &Case, device: &B::Device) -> TensorData {
@@ -44,11 +52,25 @@ fn forward<B: Backend, const D: usize>(case: &Case, device: &B::Device) -> Tenso
         x = TensorData::new(v, x_shape.clone());
     }
     let x = Tensor::<B, D>::from_data(x.convert_dtype(B::FloatElem::dtype()), device);
-    let x = if case.transpose_x { x.swap_dims(D - 2, D - 1) } else { x };
-    let w_shape = if case.transpose_w { [case.n, case.k] } else { [case.k, case.n] };
-    let w = Tensor::<B, 2>::from_data(data(12, &w_shape, 0.5).convert_dtype(B::FloatElem::dtype()), device);
+    let x = if case.transpose_x {
+        x.swap_dims(D - 2, D - 1)
+    } else {
+        x
+    };
+    let w_shape = if case.transpose_w {
+        [case.n, case.k]
+    } else {
+        [case.k, case.n]
+    };
+    let w = Tensor::<B, 2>::from_data(
+        data(12, &w_shape, 0.5).convert_dtype(B::FloatElem::dtype()),
+        device,
+    );
     let w = if case.transpose_w { w.transpose() } else { w };
-    let b = Tensor::<B, 1>::from_data(data(13, &[case.n], 0.5).convert_dtype(B::FloatElem::dtype()), device);
+    let b = Tensor::<B, 1>::from_data(
+        data(13, &[case.n], 0.5).convert_dtype(B::FloatElem::dtype()),
+        device,
+    );
     let w = w.unsqueeze::<D>();
     let b = b.unsqueeze::<D>();
     relu(x.matmul(w) + b).into_data()
@@ -102,21 +124,44 @@ fn matches_burn_f16_where_supported() {
 #[test]
 fn matches_burn_on_rank_three_input() {
     let cases = [
-        Case { lead: &[3], ..case(17, 33, 65) },
-        Case { lead: &[2], ..case(1, 5, 7) },
+        Case {
+            lead: &[3],
+            ..case(17, 33, 65)
+        },
+        Case {
+            lead: &[2],
+            ..case(1, 5, 7)
+        },
     ];
     check::<Plain, Fused, 3>(&cases);
-    let cases = [Case { lead: &[2, 3], ..case(9, 10, 11) }];
+    let cases = [Case {
+        lead: &[2, 3],
+        ..case(9, 10, 11)
+    }];
     check::<Plain, Fused, 4>(&cases);
 }
 
 #[test]
 fn matches_burn_on_transposed_operands() {
     let cases = [
-        Case { transpose_w: true, ..case(17, 33, 65) },
-        Case { transpose_x: true, ..case(17, 33, 65) },
-        Case { transpose_x: true, transpose_w: true, ..case(33, 17, 9) },
-        Case { lead: &[2], transpose_x: true, ..case(9, 10, 11) },
+        Case {
+            transpose_w: true,
+            ..case(17, 33, 65)
+        },
+        Case {
+            transpose_x: true,
+            ..case(17, 33, 65)
+        },
+        Case {
+            transpose_x: true,
+            transpose_w: true,
+            ..case(33, 17, 9)
+        },
+        Case {
+            lead: &[2],
+            transpose_x: true,
+            ..case(9, 10, 11)
+        },
     ];
     for c in &cases[..3] {
         check::<Plain, Fused, 2>(std::slice::from_ref(c));
@@ -126,6 +171,15 @@ fn matches_burn_on_transposed_operands() {
 
 #[test]
 fn keeps_nan_and_inf_like_burn() {
-    let cases = [Case { specials: true, ..case(17, 33, 65) }, Case { specials: true, ..case(4, 8, 3) }];
+    let cases = [
+        Case {
+            specials: true,
+            ..case(17, 33, 65)
+        },
+        Case {
+            specials: true,
+            ..case(4, 8, 3)
+        },
+    ];
     check::<Plain, Fused, 2>(&cases);
 }

@@ -16,12 +16,24 @@ pub struct Mlp<B: Backend> {
     act: Relu,
 }
 
-fn seeded_linear<B: Backend>(d_in: usize, d_out: usize, seed: u64, bias: bool, device: &B::Device) -> Linear<B> {
-    let mut linear = LinearConfig::new(d_in, d_out).with_bias(bias).init::<B>(device);
+fn seeded_linear<B: Backend>(
+    d_in: usize,
+    d_out: usize,
+    seed: u64,
+    bias: bool,
+    device: &B::Device,
+) -> Linear<B> {
+    let mut linear = LinearConfig::new(d_in, d_out)
+        .with_bias(bias)
+        .init::<B>(device);
     let scale = 1.0 / (d_in as f32).sqrt();
-    linear.weight = Param::from_tensor(Tensor::from_data(data(seed, &[d_in, d_out], scale), device));
+    linear.weight =
+        Param::from_tensor(Tensor::from_data(data(seed, &[d_in, d_out], scale), device));
     if bias {
-        linear.bias = Some(Param::from_tensor(Tensor::from_data(data(seed + 1, &[d_out], scale), device)));
+        linear.bias = Some(Param::from_tensor(Tensor::from_data(
+            data(seed + 1, &[d_out], scale),
+            device,
+        )));
     }
     linear
 }
@@ -68,7 +80,12 @@ fn infer<B: Backend, const D: usize>(shape: [usize; D], bias: bool) -> TensorDat
 fn inference_equals_burn_and_runs_fused_kernels() {
     let before = executed();
     let actual = infer::<Fused, 2>([33, 32], true);
-    assert_eq!(executed() - before, 2, "both hidden layers run fused: {:?}", hypatia::stats(&device()));
+    assert_eq!(
+        executed() - before,
+        2,
+        "both hidden layers run fused: {:?}",
+        hypatia::stats(&device())
+    );
     assert_close(&actual, &infer::<Plain, 2>([33, 32], true), 1e-5);
 
     let before = executed();
@@ -81,7 +98,11 @@ fn inference_equals_burn_and_runs_fused_kernels() {
 fn linear_without_bias_runs_as_burn() {
     let before = executed();
     let actual = infer::<Fused, 2>([9, 32], false);
-    assert_eq!(executed(), before, "no bias is not this pattern; Burn runs it");
+    assert_eq!(
+        executed(),
+        before,
+        "no bias is not this pattern; Burn runs it"
+    );
     assert_close(&actual, &infer::<Plain, 2>([9, 32], false), 1e-5);
 }
 
@@ -106,10 +127,17 @@ fn train<B: AutodiffBackend>(steps: usize) -> (Vec<f32>, Vec<TensorData>) {
 fn training_equals_burn() {
     let before = executed();
     let (losses, params) = train::<Autodiff<Fused>>(20);
-    assert!(executed() - before >= 40, "every forward runs fused: {:?}", hypatia::stats(&device()));
+    assert!(
+        executed() - before >= 40,
+        "every forward runs fused: {:?}",
+        hypatia::stats(&device())
+    );
     let (expected_losses, expected_params) = train::<Autodiff<Plain>>(20);
     for (step, (a, b)) in losses.iter().zip(&expected_losses).enumerate() {
-        assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "loss at step {step}: {a} vs {b}");
+        assert!(
+            (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+            "loss at step {step}: {a} vs {b}"
+        );
     }
     assert!(losses[19] < losses[0], "the model learns: {losses:?}");
     for (actual, expected) in params.iter().zip(&expected_params) {
