@@ -6,10 +6,10 @@
 //! step, and no op outside a fused step reads a value that the fused kernel does not write.
 
 mod build;
-mod plan;
+mod steps;
 
 pub use build::*;
-pub use plan::*;
+pub use steps::*;
 
 #[cfg(test)]
 mod tests;
