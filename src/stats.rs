@@ -10,8 +10,11 @@ use std::time::Duration;
 pub struct PatternStats {
     /// Distinct windows in which egg found the pattern and Hypatia planned it.
     pub matched: u64,
-    /// Fused kernel launches.
+    /// Fused kernel launches (one tiled kernel per step).
     pub executed: u64,
+    /// Split executions: the inner backend's matmul, then Hypatia's bias + activation kernel
+    /// (problems where the inner matmul is faster; see [`crate::kernel::choose_execution`]).
+    pub split: u64,
     /// Plans that ran Burn's ops instead, by reason (checked at run time).
     pub fallbacks: BTreeMap<String, u64>,
 }

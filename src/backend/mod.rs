@@ -17,6 +17,22 @@ mod module;
 mod qtensor;
 mod transaction;
 
+/// Names the generated per-trait files use in their signatures.
+#[allow(unused_imports)]
+mod prelude {
+    pub(super) use super::forward::forward;
+    pub(super) use super::{HypatiaBackend, Inner};
+    pub(super) use burn_backend::ops::*;
+    pub(super) use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
+    pub(super) use burn_backend::tensor::*;
+    pub(super) use burn_backend::{
+        BoolDType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice,
+        TensorData, TensorPrimitive,
+    };
+    pub(super) use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
+    pub(super) use core::ops::Range;
+}
+
 use crate::runtime::HypatiaRuntime;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};

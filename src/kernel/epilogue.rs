@@ -24,3 +24,46 @@ impl Epilogue {
 pub fn relu_keep_nan(value: f32) -> f32 {
     select(value <= 0.0f32, 0.0f32, value)
 }
+
+/// `out = act(input + bias)` (and `pre = input + bias` when `write_pre`), elementwise.
+///
+/// The split execution's second half: `input` is the inner backend's matmul output, read
+/// through its strides (a swapped view is fine); `out` and `pre` are contiguous with the same
+/// shape; `bias` is a rank-1 view of the last dim (a dummy when `has_bias` is false).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub fn bias_activation_kernel<F: Float>(
+    input: &Tensor<F>,
+    bias: &Tensor<F>,
+    out: &mut Tensor<F>,
+    pre: &mut Tensor<F>,
+    #[comptime] has_bias: bool,
+    #[comptime] write_pre: bool,
+    #[comptime] relu: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let index = ABSOLUTE_POS;
+    if index >= out.len() {
+        terminate!();
+    }
+    let rank = out.rank();
+    let mut rest = index;
+    let mut offset = 0usize;
+    for i in 0..rank {
+        let dim = rank - 1 - i;
+        offset += (rest % out.shape(dim)) * input.stride(dim);
+        rest /= out.shape(dim);
+    }
+    let col = index % out.shape(rank - 1);
+    let mut value = f32::cast_from(input[offset]);
+    if has_bias {
+        value += f32::cast_from(bias[col * bias.stride(0)]);
+    }
+    if write_pre {
+        pre[index] = F::cast_from(value);
+    }
+    if relu {
+        value = relu_keep_nan(value);
+    }
+    out[index] = F::cast_from(value);
+}

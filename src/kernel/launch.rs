@@ -1,7 +1,7 @@
 //! Host side of the fused kernel: validate, lay out operands, allocate outputs, launch.
 
 use super::tiled::{CUBE_SIDE, TILE_M, TILE_N, fused_linear_kernel};
-use super::{Epilogue, KernelError};
+use super::{Epilogue, KernelError, bias_activation_kernel};
 use burn_backend::{DType, Shape};
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_std::Strides;
@@ -39,6 +39,15 @@ pub struct LinearProblem {
     pub dtype: DType,
     /// Product of the batch dims.
     pub batch: usize,
+    /// The shared dim.
+    pub k: usize,
+}
+
+impl LinearProblem {
+    /// Floating-point operations of the matmul: `2·batch·m·n·k`.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.out_shape.iter().product::<usize>() as f64 * self.k as f64
+    }
 }
 
 /// Checks that `lhs · rhs (+ bias)` is a problem the kernel runs, without touching the device.
@@ -88,6 +97,7 @@ pub fn check_linear(
         out_shape,
         dtype,
         batch,
+        k: lhs.0[lhs.0.len() - 1],
     })
 }
 
@@ -177,23 +187,7 @@ pub fn launch_fused_linear<R: Runtime>(
     let (m, n) = (shape[rank - 2], shape[rank - 1]);
     let client = lhs.handle.client.clone();
 
-    let out = alloc(&lhs.handle, &shape, problem.dtype);
-    // Absent tensors are bound to a one-element dummy: wgpu rejects one buffer bound twice.
-    let dummy = || alloc(&lhs.handle, &[1], problem.dtype);
-    let pre = write_pre.then(|| alloc(&lhs.handle, &shape, problem.dtype));
-    let bias_arg = match bias {
-        Some(bias) => {
-            let mut handle = bias.handle.clone();
-            let stride = *handle.strides.last().unwrap_or(&1);
-            handle.strides = Strides::new(&[stride]);
-            handle.into_tensor_arg(Shape::from(vec![n]))
-        }
-        None => dummy().into_tensor_arg(Shape::from(vec![1])),
-    };
-    let pre_arg = match &pre {
-        Some(pre) => pre.clone().into_tensor_arg(Shape::from(shape.clone())),
-        None => dummy().into_tensor_arg(Shape::from(vec![1])),
-    };
+    let outputs = Outputs::alloc(&lhs.handle, &shape, problem.dtype, write_pre);
 
     let cube_count = CubeCount::Static(
         n.div_ceil(TILE_N) as u32,
@@ -207,15 +201,114 @@ pub fn launch_fused_linear<R: Runtime>(
         cube_dim,
         broadcast_arg(lhs, rank),
         broadcast_arg(rhs, rank),
-        bias_arg,
-        out.clone().into_tensor_arg(Shape::from(shape.clone())),
-        pre_arg,
+        outputs.bias_arg(bias, n),
+        outputs.out_arg(),
+        outputs.pre_arg(),
         bias.is_some(),
         write_pre,
         matches!(epilogue, Epilogue::Relu),
         problem.dtype.into(),
     );
-    Ok(LinearOutputs { out, pre, shape })
+    Ok(outputs.finish())
+}
+
+/// The split execution's epilogue: `out = epilogue(input + bias)` over a matmul output that
+/// the inner backend computed.
+///
+/// # Errors
+/// [`KernelError::IncompatibleShapes`] if the bias is not a row of `input`'s last dim.
+pub fn launch_bias_activation<R: Runtime>(
+    input: &Operand<R>,
+    bias: Option<&Operand<R>>,
+    epilogue: Epilogue,
+    write_pre: bool,
+) -> Result<LinearOutputs<R>, KernelError> {
+    let shape = input.shape.clone();
+    let n = *shape.last().unwrap_or(&0);
+    if let Some(b) = bias
+        && (b.shape.last() != Some(&n) || b.shape.iter().rev().skip(1).any(|&d| d != 1))
+    {
+        return Err(KernelError::IncompatibleShapes {
+            lhs: shape,
+            rhs: vec![],
+            bias: Some(b.shape.clone()),
+        });
+    }
+    let len: usize = shape.iter().product();
+    let outputs = Outputs::alloc(&input.handle, &shape, input.handle.dtype, write_pre);
+    let cube_dim = CubeDim::new_1d(256);
+    let cubes = len.div_ceil(256);
+    let cube_count = CubeCount::Static(cubes.min(MAX_CUBES_PER_AXIS) as u32, cubes.div_ceil(MAX_CUBES_PER_AXIS) as u32, 1);
+    bias_activation_kernel::launch::<R>(
+        &input.handle.client,
+        cube_count,
+        cube_dim,
+        input.handle.clone().into_tensor_arg(Shape::from(shape.clone())),
+        outputs.bias_arg(bias, n),
+        outputs.out_arg(),
+        outputs.pre_arg(),
+        bias.is_some(),
+        write_pre,
+        matches!(epilogue, Epilogue::Relu),
+        input.handle.dtype.into(),
+    );
+    Ok(outputs.finish())
+}
+
+/// Output buffers of one launch, and the argument plumbing shared by both kernels.
+struct Outputs<R: Runtime> {
+    out: CubeFusionHandle<R>,
+    pre: Option<CubeFusionHandle<R>>,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl<R: Runtime> Outputs<R> {
+    fn alloc(like: &CubeFusionHandle<R>, shape: &[usize], dtype: DType, write_pre: bool) -> Self {
+        Self {
+            out: alloc(like, shape, dtype),
+            pre: write_pre.then(|| alloc(like, shape, dtype)),
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+
+    /// Absent tensors are bound to a one-element dummy: wgpu rejects one buffer bound twice.
+    fn dummy(&self) -> TensorArg<R> {
+        alloc(&self.out, &[1], self.dtype).into_tensor_arg(Shape::from(vec![1]))
+    }
+
+    /// The bias as a rank-1 view of length `n` through its last stride.
+    fn bias_arg(&self, bias: Option<&Operand<R>>, n: usize) -> TensorArg<R> {
+        match bias {
+            Some(bias) => {
+                let mut handle = bias.handle.clone();
+                let stride = *handle.strides.last().unwrap_or(&1);
+                handle.strides = Strides::new(&[stride]);
+                handle.into_tensor_arg(Shape::from(vec![n]))
+            }
+            None => self.dummy(),
+        }
+    }
+
+    fn out_arg(&self) -> TensorArg<R> {
+        self.out.clone().into_tensor_arg(Shape::from(self.shape.clone()))
+    }
+
+    fn pre_arg(&self) -> TensorArg<R> {
+        match &self.pre {
+            Some(pre) => pre.clone().into_tensor_arg(Shape::from(self.shape.clone())),
+            None => self.dummy(),
+        }
+    }
+
+    fn finish(self) -> LinearOutputs<R> {
+        LinearOutputs {
+            out: self.out,
+            pre: self.pre,
+            shape: self.shape,
+        }
+    }
 }
 
 #[cfg(test)]

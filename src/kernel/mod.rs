@@ -9,9 +9,11 @@
 mod epilogue;
 mod error;
 mod launch;
+mod policy;
 #[allow(missing_docs)]
 mod tiled;
 
 pub use epilogue::*;
 pub use error::*;
 pub use launch::*;
+pub use policy::*;

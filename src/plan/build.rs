@@ -141,6 +141,9 @@ struct Covered {
     candidate: Candidate,
     ops: BTreeSet<usize>,
     pre: Option<TensorId>,
+    /// The matmul side of the bias add and the covered ops computing it.
+    matmul_out: TensorId,
+    matmul_ops: BTreeSet<usize>,
 }
 
 impl Covered {
@@ -157,14 +160,14 @@ impl Covered {
     }
 }
 
-/// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
-fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
-    let operands: HashSet<TensorId> = [Some(candidate.x), Some(candidate.w), candidate.bias]
-        .into_iter()
-        .flatten()
-        .collect();
+/// The window ops computing `from` out of `operands`.
+fn producers(
+    window: &Window,
+    from: TensorId,
+    operands: &HashSet<TensorId>,
+) -> Result<BTreeSet<usize>, Reason> {
     let mut ops = BTreeSet::new();
-    let mut stack = vec![candidate.root];
+    let mut stack = vec![from];
     while let Some(tensor) = stack.pop() {
         if operands.contains(&tensor) {
             continue;
@@ -182,12 +185,34 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
             stack.extend(window.ops()[producer].inputs.iter().map(|t| t.id));
         }
     }
+    Ok(ops)
+}
+
+/// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
+fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
+    let operands: HashSet<TensorId> = [Some(candidate.x), Some(candidate.w), candidate.bias]
+        .into_iter()
+        .flatten()
+        .collect();
+    let ops = producers(window, candidate.root, &operands)?;
     let ops_list: Vec<usize> = ops.iter().copied().collect();
-    let pre = ops
+    let add = ops
         .iter()
         .map(|&i| &window.ops()[i])
         .find(|op| op.kind == OpKind::Add)
-        .map(|op| op.out().id);
+        .ok_or(Reason::NoMatch)?;
+    let pre = Some(add.out().id);
+    // The add's matmul side is the input computed through a matmul.
+    let (matmul_out, matmul_ops) = add
+        .inputs
+        .iter()
+        .filter_map(|t| {
+            let chain = producers(window, t.id, &operands).ok()?;
+            let has_matmul = chain.iter().any(|&i| window.ops()[i].kind == OpKind::Matmul);
+            has_matmul.then_some((t.id, chain))
+        })
+        .next()
+        .ok_or(Reason::NoMatch)?;
     for &index in &ops {
         let value = window.ops()[index].out().id;
         if value == candidate.root {
@@ -209,6 +234,8 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
         candidate: candidate.clone(),
         ops,
         pre: pre_kept,
+        matmul_out,
+        matmul_ops,
     })
 }
 
@@ -317,6 +344,8 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                 pre: a.pre,
                 epilogue: c.epilogue,
                 ops,
+                matmul_ops: a.matmul_ops.iter().copied().collect(),
+                matmul_out: a.matmul_out,
             }));
         } else if !covered.contains(&index) {
             steps.push(Step::Run(index));

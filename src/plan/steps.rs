@@ -32,6 +32,11 @@ pub struct FusedLinear {
     pub epilogue: Epilogue,
     /// The block ops this step replaces, in block order (run them to fall back).
     pub ops: Vec<usize>,
+    /// The ops among `ops` that compute the matmul side of the bias add, in block order: the
+    /// split execution runs these as Burn would, then applies the epilogue to `matmul_out`.
+    pub matmul_ops: Vec<usize>,
+    /// The matmul-side tensor the bias add reads.
+    pub matmul_out: TensorId,
 }
 
 /// One step of a plan.
