@@ -56,7 +56,9 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
         let mut s = seed;
         let v: Vec<f32> = (0..len)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
             })
             .collect();
@@ -81,9 +83,15 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
 }
 
 fn run<F: burn_cubecl::FloatElement>(args: &Args) {
-    println!("{:<16} {:>6} {:>11} {:>11} {:>11} {:>8} {:>9}", "M x K x N", "dtype", "hypatia ms", "burn ms", "cube ms", "TFLOP/s", "vs burn");
+    println!(
+        "{:<16} {:>6} {:>11} {:>11} {:>11} {:>8} {:>9}",
+        "M x K x N", "dtype", "hypatia ms", "burn ms", "cube ms", "TFLOP/s", "vs burn"
+    );
     for shape in args.shapes.split(',') {
-        let dims: Vec<usize> = shape.split('x').map(|d| d.parse().expect("MxKxN")).collect();
+        let dims: Vec<usize> = shape
+            .split('x')
+            .map(|d| d.parse().expect("MxKxN"))
+            .collect();
         let (m, k, n) = (dims[0], dims[1], dims[2]);
         let hypatia = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args);
         let burn = time::<PlainOf<F>>(m, k, n, args);
@@ -96,7 +104,10 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args) {
         );
     }
     let device = burn::tensor::Device::<PlainOf<F>>::default();
-    println!("{}", serde_json::to_string(&hypatia::stats(&device)).unwrap());
+    println!(
+        "{}",
+        serde_json::to_string(&hypatia::stats(&device)).unwrap()
+    );
 }
 
 fn main() {

@@ -238,12 +238,19 @@ pub fn launch_bias_activation<R: Runtime>(
     let outputs = Outputs::alloc(&input.handle, &shape, input.handle.dtype, write_pre);
     let cube_dim = CubeDim::new_1d(256);
     let cubes = len.div_ceil(256);
-    let cube_count = CubeCount::Static(cubes.min(MAX_CUBES_PER_AXIS) as u32, cubes.div_ceil(MAX_CUBES_PER_AXIS) as u32, 1);
+    let cube_count = CubeCount::Static(
+        cubes.min(MAX_CUBES_PER_AXIS) as u32,
+        cubes.div_ceil(MAX_CUBES_PER_AXIS) as u32,
+        1,
+    );
     bias_activation_kernel::launch::<R>(
         &input.handle.client,
         cube_count,
         cube_dim,
-        input.handle.clone().into_tensor_arg(Shape::from(shape.clone())),
+        input
+            .handle
+            .clone()
+            .into_tensor_arg(Shape::from(shape.clone())),
         outputs.bias_arg(bias, n),
         outputs.out_arg(),
         outputs.pre_arg(),
@@ -292,7 +299,9 @@ impl<R: Runtime> Outputs<R> {
     }
 
     fn out_arg(&self) -> TensorArg<R> {
-        self.out.clone().into_tensor_arg(Shape::from(self.shape.clone()))
+        self.out
+            .clone()
+            .into_tensor_arg(Shape::from(self.shape.clone()))
     }
 
     fn pre_arg(&self) -> TensorArg<R> {

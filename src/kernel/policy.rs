@@ -66,11 +66,18 @@ pub fn execution_policy() -> ExecutionPolicy {
 pub fn has_matrix_units<R: Runtime>(client: &ComputeClient<R>, dtype: DType) -> bool {
     let storage: StorageType = dtype.into();
     let matmul = &client.properties().features.matmul;
-    matmul.cmma.iter().chain(matmul.mma.iter()).any(|config| config.a_type == storage)
+    matmul
+        .cmma
+        .iter()
+        .chain(matmul.mma.iter())
+        .any(|config| config.a_type == storage)
 }
 
 /// The execution for `problem` on `client`'s device under the current policy.
-pub fn choose_execution<R: Runtime>(problem: &LinearProblem, client: &ComputeClient<R>) -> Execution {
+pub fn choose_execution<R: Runtime>(
+    problem: &LinearProblem,
+    client: &ComputeClient<R>,
+) -> Execution {
     match execution_policy() {
         ExecutionPolicy::Tiled => Execution::Tiled,
         ExecutionPolicy::Split => Execution::Split,

@@ -208,7 +208,9 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
         .iter()
         .filter_map(|t| {
             let chain = producers(window, t.id, &operands).ok()?;
-            let has_matmul = chain.iter().any(|&i| window.ops()[i].kind == OpKind::Matmul);
+            let has_matmul = chain
+                .iter()
+                .any(|&i| window.ops()[i].kind == OpKind::Matmul);
             has_matmul.then_some((t.id, chain))
         })
         .next()

@@ -133,7 +133,9 @@ fn run_fused<R: CubeRuntime>(
         .into());
     }
     let operand = |context: &mut Context<CubeFusionHandle<R>>, tensor: &TensorIr| Operand {
-        handle: context.handles.get_handle(&tensor.id, &TensorStatus::ReadOnly),
+        handle: context
+            .handles
+            .get_handle(&tensor.id, &TensorStatus::ReadOnly),
         shape: tensor.shape.to_vec(),
     };
     let client = context
@@ -145,7 +147,8 @@ fn run_fused<R: CubeRuntime>(
     let kind = choose_execution(&problem, &client);
     let (outputs, consumed) = match kind {
         Execution::Tiled => {
-            let operands: Vec<Operand<R>> = inputs.iter().map(|(_, t)| operand(context, t)).collect();
+            let operands: Vec<Operand<R>> =
+                inputs.iter().map(|(_, t)| operand(context, t)).collect();
             let outputs = launch_fused_linear(
                 &operands[0],
                 &operands[1],
@@ -161,12 +164,19 @@ fn run_fused<R: CubeRuntime>(
             run_unfused(step.matmul_ops.iter().copied(), context, execution);
             let matmul_out = real_tensor(context, &step.matmul_out);
             let matmul_out = Operand {
-                handle: context.handles.get_handle(&matmul_out.id, &TensorStatus::ReadWrite),
+                handle: context
+                    .handles
+                    .get_handle(&matmul_out.id, &TensorStatus::ReadWrite),
                 shape: matmul_out.shape.to_vec(),
             };
             let bias = bias.map(|t| operand(context, t));
-            let outputs = launch_bias_activation(&matmul_out, bias.as_ref(), step.epilogue, step.pre.is_some())
-                .expect("check_linear accepted this bias for this output");
+            let outputs = launch_bias_activation(
+                &matmul_out,
+                bias.as_ref(),
+                step.epilogue,
+                step.pre.is_some(),
+            )
+            .expect("check_linear accepted this bias for this output");
             (outputs, &inputs[2..])
         }
     };
@@ -174,7 +184,9 @@ fn run_fused<R: CubeRuntime>(
     let mut released = Vec::new();
     for (reference, tensor) in consumed {
         if reference.status == TensorStatus::ReadWrite && !released.contains(&tensor.id) {
-            context.handles.get_handle(&tensor.id, &TensorStatus::ReadWrite);
+            context
+                .handles
+                .get_handle(&tensor.id, &TensorStatus::ReadWrite);
             released.push(tensor.id);
         }
     }

@@ -7,6 +7,15 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::{DType, Element, f16};
 
+/// How close Hypatia must be to Burn itself: Burn's f32 matmul on CUDA uses TF32 tensor cores,
+/// Hypatia's tiled kernel full f32, so there the two differ by TF32 rounding.
+fn burn_tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F32 if cfg!(feature = "cuda") => 2e-3,
+        _ => tolerance(dtype),
+    }
+}
+
 /// One Linear+ReLU problem.
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -35,7 +44,12 @@ const fn case(m: usize, k: usize, n: usize) -> Case {
     }
 }
 
-fn forward<B: Backend, const D: usize>(case: &Case, device: &B::Device) -> TensorData {
+/// Runs the case on `B`; returns the output and the inputs as `B` holds them (rounded to
+/// its float type, in logical layout) for the float64 reference.
+fn forward<B: Backend, const D: usize>(
+    case: &Case,
+    device: &B::Device,
+) -> (TensorData, [TensorData; 3]) {
     let mut x_shape: Vec<usize> = case.lead.to_vec();
     if case.transpose_x {
         x_shape.extend([case.k, case.m]);
@@ -51,7 +65,8 @@ fn forward<B: Backend, const D: usize>(case: &Case, device: &B::Device) -> Tenso
         v[len - 1] = f32::NEG_INFINITY;
         x = TensorData::new(v, x_shape.clone());
     }
-    let x = Tensor::<B, D>::from_data(x.convert_dtype(B::FloatElem::dtype()), device);
+    let dtype = B::FloatElem::dtype();
+    let x = Tensor::<B, D>::from_data(x.convert_dtype(dtype), device);
     let x = if case.transpose_x {
         x.swap_dims(D - 2, D - 1)
     } else {
@@ -62,39 +77,77 @@ fn forward<B: Backend, const D: usize>(case: &Case, device: &B::Device) -> Tenso
     } else {
         [case.k, case.n]
     };
-    let w = Tensor::<B, 2>::from_data(
-        data(12, &w_shape, 0.5).convert_dtype(B::FloatElem::dtype()),
-        device,
-    );
+    let w = Tensor::<B, 2>::from_data(data(12, &w_shape, 0.5).convert_dtype(dtype), device);
     let w = if case.transpose_w { w.transpose() } else { w };
-    let b = Tensor::<B, 1>::from_data(
-        data(13, &[case.n], 0.5).convert_dtype(B::FloatElem::dtype()),
-        device,
+    let b = Tensor::<B, 1>::from_data(data(13, &[case.n], 0.5).convert_dtype(dtype), device);
+    let inputs = [x.to_data(), w.to_data(), b.to_data()];
+    let out = relu(x.matmul(w.unsqueeze::<D>()) + b.unsqueeze::<D>()).into_data();
+    (out, inputs)
+}
+
+/// `relu(x · w + b)` in float64 on the host, with IEEE NaN / Inf semantics and Burn's relu.
+fn reference([x, w, b]: &[TensorData; 3]) -> TensorData {
+    let as_f64 = |d: &TensorData| -> Vec<f64> {
+        d.clone()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    let (xv, wv, bv) = (as_f64(x), as_f64(w), as_f64(b));
+    let rank = x.shape.len();
+    let (m, k, n) = (x.shape[rank - 2], x.shape[rank - 1], w.shape[1]);
+    let batch = xv.len() / (m * k);
+    let mut out = Vec::with_capacity(batch * m * n);
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = bv[j];
+                for l in 0..k {
+                    acc += xv[bi * m * k + i * k + l] * wv[l * n + j];
+                }
+                out.push(if acc <= 0.0 { 0.0 } else { acc } as f32);
+            }
+        }
+    }
+    let mut shape = x.shape.clone();
+    shape[rank - 1] = n;
+    TensorData::new(out, shape)
+}
+
+/// Runs every case on `H` (poisoned memory first) and on `P`; `H` must match the float64
+/// reference within its dtype's tolerance and Burn within Burn's own precision, and each case
+/// must have gone through `counter`.
+fn check_with<P: Backend, H: Backend<Device = P::Device>, const D: usize>(
+    cases: &[Case],
+    counter: fn(&hypatia::FusionStats) -> u64,
+) {
+    let _ = device();
+    let device = P::Device::default();
+    let count = || counter(&hypatia::stats(&device));
+    let before = count();
+    let dtype = P::FloatElem::dtype();
+    for case in cases {
+        eprintln!("checking {case:?}");
+        let out_len = case.lead.iter().product::<usize>() * case.m * case.n;
+        poison::<H>(out_len, &device);
+        let (actual, inputs) = forward::<H, D>(case, &device);
+        let (burn, _) = forward::<P, D>(case, &device);
+        assert_close(&actual, &reference(&inputs), tolerance(dtype));
+        assert_close(&actual, &burn, burn_tolerance(dtype));
+    }
+    assert_eq!(
+        count() - before,
+        cases.len() as u64,
+        "every case must run fused: {:?}",
+        hypatia::stats(&device)
     );
-    let w = w.unsqueeze::<D>();
-    let b = b.unsqueeze::<D>();
-    relu(x.matmul(w) + b).into_data()
 }
 
 fn check<P: Backend, H: Backend<Device = P::Device>, const D: usize>(cases: &[Case]) {
-    let _ = device();
-    let device = P::Device::default();
-    let before = executed();
-    for case in cases {
-        let out_len = case.lead.iter().product::<usize>() * case.m * case.n;
-        poison::<H>(out_len, &device);
-        let actual = forward::<H, D>(case, &device);
-        let expected = forward::<P, D>(case, &device);
-        let tol = tolerance(P::FloatElem::dtype());
-        eprintln!("checking {case:?}");
-        assert_close(&actual, &expected, tol);
-    }
-    assert_eq!(
-        executed() - before,
-        cases.len() as u64,
-        "every case must run the fused kernel: {:?}",
-        hypatia::stats(&device)
-    );
+    check_with::<P, H, D>(cases, |s| s.executed("linear-relu"));
 }
 
 const SHAPES: &[Case] = &[
@@ -182,4 +235,36 @@ fn keeps_nan_and_inf_like_burn() {
         },
     ];
     check::<Plain, Fused, 2>(&cases);
+}
+
+#[test]
+fn split_execution_matches_burn() {
+    use hypatia::kernel::{ExecutionPolicy, set_execution_policy};
+    let split = |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.split);
+    set_execution_policy(ExecutionPolicy::Split);
+    check_with::<Plain, Fused, 2>(
+        &[
+            case(17, 33, 65),
+            Case {
+                transpose_w: true,
+                specials: true,
+                ..case(9, 8, 7)
+            },
+        ],
+        split,
+    );
+    check_with::<Plain, Fused, 3>(
+        &[
+            Case {
+                lead: &[3],
+                ..case(17, 33, 65)
+            },
+            Case {
+                lead: &[2],
+                ..case(1, 5, 7)
+            },
+        ],
+        split,
+    );
+    set_execution_policy(ExecutionPolicy::Auto);
 }

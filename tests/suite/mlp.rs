@@ -69,6 +69,11 @@ impl<B: Backend> Mlp<B> {
 
 const SIZES: [usize; 4] = [32, 64, 48, 8];
 
+/// f32 agreement with Burn: exact-f32 kernels on wgpu; on CUDA Burn's f32 matmul runs TF32.
+const F32_TOLERANCE: f32 = if cfg!(feature = "cuda") { 2e-3 } else { 1e-5 };
+/// After 20 Adam steps the rounding differences above have compounded.
+const TRAIN_TOLERANCE: f32 = if cfg!(feature = "cuda") { 2e-2 } else { 1e-4 };
+
 fn infer<B: Backend, const D: usize>(shape: [usize; D], bias: bool) -> TensorData {
     let device = B::Device::default();
     let model = Mlp::<B>::new(SIZES, bias, &device);
@@ -86,12 +91,12 @@ fn inference_equals_burn_and_runs_fused_kernels() {
         "both hidden layers run fused: {:?}",
         hypatia::stats(&device())
     );
-    assert_close(&actual, &infer::<Plain, 2>([33, 32], true), 1e-5);
+    assert_close(&actual, &infer::<Plain, 2>([33, 32], true), F32_TOLERANCE);
 
     let before = executed();
     let actual = infer::<Fused, 3>([2, 5, 32], true);
     assert_eq!(executed() - before, 2, "rank-3 input runs fused too");
-    assert_close(&actual, &infer::<Plain, 3>([2, 5, 32], true), 1e-5);
+    assert_close(&actual, &infer::<Plain, 3>([2, 5, 32], true), F32_TOLERANCE);
 }
 
 #[test]
@@ -103,7 +108,7 @@ fn linear_without_bias_runs_as_burn() {
         before,
         "no bias is not this pattern; Burn runs it"
     );
-    assert_close(&actual, &infer::<Plain, 2>([9, 32], false), 1e-5);
+    assert_close(&actual, &infer::<Plain, 2>([9, 32], false), F32_TOLERANCE);
 }
 
 /// 20 Adam steps of MSE regression; returns the losses and the final parameters.
@@ -135,12 +140,12 @@ fn training_equals_burn() {
     let (expected_losses, expected_params) = train::<Autodiff<Plain>>(20);
     for (step, (a, b)) in losses.iter().zip(&expected_losses).enumerate() {
         assert!(
-            (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+            (a - b).abs() <= TRAIN_TOLERANCE * b.abs().max(1.0),
             "loss at step {step}: {a} vs {b}"
         );
     }
     assert!(losses[19] < losses[0], "the model learns: {losses:?}");
     for (actual, expected) in params.iter().zip(&expected_params) {
-        assert_close(actual, expected, 1e-4);
+        assert_close(actual, expected, TRAIN_TOLERANCE);
     }
 }
