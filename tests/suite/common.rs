@@ -100,3 +100,20 @@ pub fn poison<B: Backend>(elements: usize, device: &B::Device) {
 pub fn executed() -> u64 {
     hypatia::stats(&device()).executed("linear-relu")
 }
+
+/// Asserts ‖a − b‖₂ / ‖b‖₂ ≤ `tol` over the finite values, and identical NaN positions.
+pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
+    assert_eq!(actual.shape, expected.shape, "shapes differ");
+    let a: Vec<f32> = actual.clone().convert::<f32>().to_vec().unwrap();
+    let b: Vec<f32> = expected.clone().convert::<f32>().to_vec().unwrap();
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.is_nan(), y.is_nan(), "NaN mismatch: {x} vs {y}");
+        if x.is_finite() && y.is_finite() {
+            diff += ((x - y) as f64).powi(2);
+            norm += (*y as f64).powi(2);
+        }
+    }
+    let relative = (diff.sqrt() / norm.sqrt().max(1e-30)) as f32;
+    assert!(relative <= tol, "relative error {relative} > {tol}");
+}
