@@ -2,9 +2,19 @@
 //!
 //! Makes Burn models faster without changing them. Swap one type:
 //!
-//! ```ignore
-//! type B = hypatia::Hypatia<burn::backend::Wgpu>;          // or Hypatia<Cuda>
-//! type T = burn::backend::Autodiff<hypatia::Hypatia<burn::backend::Wgpu>>; // to train
+//! ```no_run
+//! # #[cfg(feature = "wgpu")] {
+//! use burn::prelude::*;
+//! type B = hypatia::Hypatia<burn::backend::Wgpu>; // or Hypatia<burn::backend::Cuda>
+//! type T = burn::backend::Autodiff<B>;            // to train
+//! let device = Default::default();
+//! let x = Tensor::<B, 2>::ones([8, 4], &device);
+//! let w = Tensor::<B, 2>::ones([4, 3], &device);
+//! let b = Tensor::<B, 1>::ones([3], &device);
+//! let y = burn::tensor::activation::relu(x.matmul(w) + b.unsqueeze()); // one fused kernel
+//! println!("{}", hypatia::stats(&device).executed("linear-relu"));
+//! # let _ = (y, core::marker::PhantomData::<T>);
+//! # }
 //! ```
 //!
 //! Hypatia sits in Burn's lazy op stream (burn-fusion) and runs five stages:
