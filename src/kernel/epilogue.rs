@@ -25,6 +25,34 @@ pub fn relu_keep_nan(value: f32) -> f32 {
     select(value <= 0.0f32, 0.0f32, value)
 }
 
+/// The store of both kernels: adds the bias of column `col`, writes the pre-activation when
+/// `write_pre`, applies the activation, writes `out`; both outputs at `offset`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn store_epilogue<F: Float>(
+    accumulator: f32,
+    col: usize,
+    offset: usize,
+    bias: &Tensor<F>,
+    out: &mut Tensor<F>,
+    pre: &mut Tensor<F>,
+    #[comptime] has_bias: bool,
+    #[comptime] write_pre: bool,
+    #[comptime] relu: bool,
+) {
+    let mut value = accumulator;
+    if has_bias {
+        value += f32::cast_from(bias[col * bias.stride(0)]);
+    }
+    if write_pre {
+        pre[offset] = F::cast_from(value);
+    }
+    if relu {
+        value = relu_keep_nan(value);
+    }
+    out[offset] = F::cast_from(value);
+}
+
 /// `out = act(input + bias)` (and `pre = input + bias` when `write_pre`), elementwise.
 ///
 /// The split execution's second half: `input` is the inner backend's matmul output, read
@@ -55,15 +83,6 @@ pub fn bias_activation_kernel<F: Float>(
         rest /= out.shape(dim);
     }
     let col = index % out.shape(rank - 1);
-    let mut value = f32::cast_from(input[offset]);
-    if has_bias {
-        value += f32::cast_from(bias[col * bias.stride(0)]);
-    }
-    if write_pre {
-        pre[index] = F::cast_from(value);
-    }
-    if relu {
-        value = relu_keep_nan(value);
-    }
-    out[index] = F::cast_from(value);
+    let value = f32::cast_from(input[offset]);
+    store_epilogue::<F>(value, col, index, bias, out, pre, has_bias, write_pre, relu);
 }

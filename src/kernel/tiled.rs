@@ -19,7 +19,7 @@
 //!        +----+----+ .. +----+        shared memory as f32.
 //! ```
 
-use super::relu_keep_nan;
+use super::store_epilogue;
 use cubecl::prelude::*;
 
 /// Output rows per cube.
@@ -157,18 +157,18 @@ pub fn fused_linear_kernel<F: Float>(
         for j in 0..UNIT_N {
             let col = col_base + unit_x * UNIT_N + j;
             if row < m && col < n {
-                let mut value = acc[i * UNIT_N + j];
-                if has_bias {
-                    value += f32::cast_from(bias[col * bias.stride(0)]);
-                }
                 let offset = out_offset + row * out_stride_m + col * out_stride_n;
-                if write_pre {
-                    pre[offset] = F::cast_from(value);
-                }
-                if relu {
-                    value = relu_keep_nan(value);
-                }
-                out[offset] = F::cast_from(value);
+                store_epilogue::<F>(
+                    acc[i * UNIT_N + j],
+                    col,
+                    offset,
+                    bias,
+                    out,
+                    pre,
+                    has_bias,
+                    write_pre,
+                    relu,
+                );
             }
         }
     }
