@@ -8,6 +8,7 @@ mod backends {
     /// The plain Burn backend (its own fusion on) with float type `F`.
     pub type PlainOf<F> = burn::backend::Wgpu<F, i32>;
     pub type TestDevice = burn::backend::wgpu::WgpuDevice;
+    pub type Runtime = cubecl::wgpu::WgpuRuntime;
 }
 
 #[cfg(feature = "cuda")]
@@ -15,6 +16,7 @@ mod backends {
     /// The plain Burn backend (its own fusion on) with float type `F`.
     pub type PlainOf<F> = burn::backend::Cuda<F, i32>;
     pub type TestDevice = burn::backend::cuda::CudaDevice;
+    pub type Runtime = cubecl::cuda::CudaRuntime;
 }
 
 pub use backends::*;
@@ -23,6 +25,8 @@ pub use backends::*;
 pub type Plain = PlainOf<f32>;
 /// The same backend decorated by Hypatia.
 pub type Fused = hypatia::Hypatia<Plain>;
+/// Hypatia over a bare `CubeBackend` (no Burn fusion underneath to begin with).
+pub type FusedBare = hypatia::Hypatia<burn_cubecl::CubeBackend<Runtime, f32, i32, u32>>;
 /// Decorated backend with float type `F`.
 pub type FusedOf<F> = hypatia::Hypatia<PlainOf<F>>;
 

@@ -94,6 +94,15 @@ fn inference_equals_burn_and_runs_fused_kernels() {
     assert_close(&actual, &infer::<Plain, 2>([33, 32], true), F32_TOLERANCE);
 
     let before = executed();
+    let actual = infer::<FusedBare, 2>([33, 32], true);
+    assert_eq!(
+        executed() - before,
+        2,
+        "Hypatia over a bare CubeBackend fuses too"
+    );
+    assert_close(&actual, &infer::<Plain, 2>([33, 32], true), F32_TOLERANCE);
+
+    let before = executed();
     let actual = infer::<Fused, 3>([2, 5, 32], true);
     assert_eq!(executed() - before, 2, "rank-3 input runs fused too");
     assert_close(&actual, &infer::<Plain, 3>([2, 5, 32], true), F32_TOLERANCE);
