@@ -166,23 +166,17 @@ fn alloc<R: Runtime>(
     }
 }
 
-/// Launches `out = epilogue(lhs · rhs + bias)` (and `pre = lhs · rhs + bias` if `write_pre`).
-///
-/// # Errors
-/// The [`KernelError`] of [`check_linear`]; nothing is launched or allocated then.
+/// Launches `out = epilogue(lhs · rhs + bias)` (and `pre = lhs · rhs + bias` if `write_pre`)
+/// for a `problem` that [`check_linear`] accepted for these operands.
 pub fn launch_fused_linear<R: Runtime>(
+    problem: &LinearProblem,
     lhs: &Operand<R>,
     rhs: &Operand<R>,
     bias: Option<&Operand<R>>,
     epilogue: Epilogue,
     write_pre: bool,
-) -> Result<LinearOutputs<R>, KernelError> {
-    let problem = check_linear(
-        (&lhs.shape, lhs.handle.dtype),
-        (&rhs.shape, rhs.handle.dtype),
-        bias.map(|b| (b.shape.as_slice(), b.handle.dtype)),
-    )?;
-    let shape = problem.out_shape;
+) -> LinearOutputs<R> {
+    let shape = problem.out_shape.clone();
     let rank = shape.len();
     let (m, n) = (shape[rank - 2], shape[rank - 1]);
     let client = lhs.handle.client.clone();
@@ -209,7 +203,7 @@ pub fn launch_fused_linear<R: Runtime>(
         matches!(epilogue, Epilogue::Relu),
         problem.dtype.into(),
     );
-    Ok(outputs.finish())
+    outputs.finish()
 }
 
 /// The split execution's epilogue: `out = epilogue(input + bias)` over a matmul output that

@@ -134,10 +134,7 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
             .claim
             .as_ref()
             .expect("finish is only called on a ready fuser");
-        HypatiaOptimization::Linear(LinearOptimization::new(
-            plan.as_ref().clone(),
-            self.device.clone(),
-        ))
+        HypatiaOptimization::Linear(LinearOptimization::new(plan.clone(), self.device.clone()))
     }
 
     fn reset(&mut self) {

@@ -11,22 +11,23 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_ir::{ScalarIr, TensorIr, TensorStatus};
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Executes a [`Plan`] on a device.
 pub struct LinearOptimization<R: CubeRuntime> {
     plan: Arc<Plan>,
     device_key: String,
-    _device: R::Device,
+    _runtime: PhantomData<R>,
 }
 
 impl<R: CubeRuntime> LinearOptimization<R> {
     /// An optimization running `plan` on `device`.
-    pub fn new(plan: Plan, device: R::Device) -> Self {
+    pub fn new(plan: impl Into<Arc<Plan>>, device: R::Device) -> Self {
         Self {
-            plan: Arc::new(plan),
+            plan: plan.into(),
             device_key: stats::device_key(&device),
-            _device: device,
+            _runtime: PhantomData,
         }
     }
 
@@ -150,12 +151,13 @@ fn run_fused<R: CubeRuntime>(
             let operands: Vec<Operand<R>> =
                 inputs.iter().map(|(_, t)| operand(context, t)).collect();
             let outputs = launch_fused_linear(
+                &problem,
                 &operands[0],
                 &operands[1],
                 operands.get(2),
                 step.epilogue,
                 step.pre.is_some(),
-            )?;
+            );
             (outputs, &inputs[..])
         }
         Execution::Split => {

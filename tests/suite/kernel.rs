@@ -218,9 +218,7 @@ fn matches_burn_on_transposed_operands() {
             ..case(9, 10, 11)
         },
     ];
-    for c in &cases[..3] {
-        check::<Plain, Fused, 2>(std::slice::from_ref(c));
-    }
+    check::<Plain, Fused, 2>(&cases[..3]);
     check::<Plain, Fused, 3>(&cases[3..]);
 }
 
