@@ -1,14 +1,15 @@
 //! Linear + bias + ReLU forward: `Hypatia<B>` vs Burn's `B` (its fusion on) vs `CubeBackend`
-//! (no fusion), in one process. Medians of `--runs` timed batches of `--iters` launches, every
-//! output kept alive until `sync`, after a warm-up that lets autotune settle.
+//! (no fusion), in one process. Medians of `--runs` timed batches of up to `--iters` launches
+//! (fewer for large problems), every output kept alive until `sync`, after a warm-up that lets
+//! autotune settle. Prints a table and, with `--json`, writes one record per shape and dtype.
 //!
 //! ```text
-//! cargo run --release --features cuda --example bench_linear -- --dtype f16
+//! cargo run --release --features cuda --example bench_linear -- --dtypes bf16 --json out.json
 //! ```
 
 use burn::prelude::*;
 use burn::tensor::activation::relu;
-use burn::tensor::{DType, Element, bf16, f16};
+use burn::tensor::{Element, bf16, f16};
 use clap::Parser;
 use std::time::Instant;
 
@@ -28,12 +29,18 @@ type Bare<F> = burn_cubecl::CubeBackend<Runtime, F, i32, u8>;
 
 #[derive(Parser, Debug)]
 struct Args {
-    /// f32, f16 or bf16.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    /// Element types, comma separated: f32, f16, bf16.
+    #[arg(long, default_value = "f32,f16,bf16")]
+    dtypes: String,
     /// Shapes as MxKxN, comma separated.
-    #[arg(long, default_value = "256x256x512,1024x784x2048,2048x2048x2048")]
+    #[arg(
+        long,
+        default_value = "256x256x512,1024x784x2048,2048x2048x2048,8192x1024x4096,8192x4096x1024,8192x4096x4096,16384x8192x8192"
+    )]
     shapes: String,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
     /// Launches per timed batch.
     #[arg(long, default_value_t = 10)]
     iters: usize,
@@ -49,6 +56,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Median milliseconds of one Linear+ReLU on backend `B`.
 fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
+    // About 20 ms of work per timed batch at 100 TFLOP/s, at least one launch.
+    let iters = args
+        .iters
+        .min((2e12 / (2.0 * (m * k * n) as f64)).max(1.0) as usize);
     let device = B::Device::default();
     let dtype = B::FloatElem::dtype();
     let rand = |shape: Vec<usize>, seed: u64| {
@@ -77,46 +88,101 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
         elapsed
     };
     for _ in 0..3 {
-        batch(args.iters);
+        batch(iters);
     }
-    median((0..args.runs).map(|_| batch(args.iters)).collect())
+    median((0..args.runs).map(|_| batch(iters)).collect())
 }
 
-fn run<F: burn_cubecl::FloatElement>(args: &Args) {
-    println!(
-        "{:<16} {:>6} {:>11} {:>11} {:>11} {:>8} {:>9}",
-        "M x K x N", "dtype", "hypatia ms", "burn ms", "cube ms", "TFLOP/s", "vs burn"
-    );
+/// One row of the table.
+#[derive(serde::Serialize)]
+struct Row {
+    m: usize,
+    k: usize,
+    n: usize,
+    dtype: String,
+    hypatia_ms: f64,
+    burn_ms: f64,
+    cube_ms: f64,
+    hypatia_tflops: f64,
+    burn_tflops: f64,
+    /// How Hypatia ran the step: `tiled`, `tensor-core` or `split`.
+    path: String,
+}
+
+fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
+    let device = burn::tensor::Device::<PlainOf<F>>::default();
+    let dtype = format!("{:?}", F::dtype()).to_lowercase();
     for shape in args.shapes.split(',') {
         let dims: Vec<usize> = shape
             .split('x')
             .map(|d| d.parse().expect("MxKxN"))
             .collect();
         let (m, k, n) = (dims[0], dims[1], dims[2]);
+        let before = hypatia::stats(&device);
         let hypatia = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args);
+        let after = hypatia::stats(&device);
+        let count = |s: &hypatia::FusionStats, f: fn(&hypatia::PatternStats) -> u64| {
+            s.patterns.get("linear-relu").map_or(0, f)
+        };
+        let path = [
+            (
+                "tiled",
+                count(&after, |p| p.executed) - count(&before, |p| p.executed),
+            ),
+            (
+                "tensor-core",
+                count(&after, |p| p.tensor_core) - count(&before, |p| p.tensor_core),
+            ),
+            (
+                "split",
+                count(&after, |p| p.split) - count(&before, |p| p.split),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, _)| name)
+        .collect::<Vec<_>>()
+        .join("+");
         let burn = time::<PlainOf<F>>(m, k, n, args);
         let cube = time::<Bare<F>>(m, k, n, args);
-        let tflops = 2.0 * (m * k * n) as f64 / (hypatia * 1e-3) / 1e12;
+        let tflops = |ms: f64| 2.0 * (m * k * n) as f64 / (ms * 1e-3) / 1e12;
         println!(
-            "{shape:<16} {:>6} {hypatia:>11.4} {burn:>11.4} {cube:>11.4} {tflops:>8.2} {:>8.2}x",
-            format!("{:?}", F::dtype()).to_lowercase(),
+            "{shape:<18} {dtype:>5} {hypatia:>10.4} {burn:>10.4} {cube:>10.4} {:>8.1} {:>8.1} {:>7.2}x  {path}",
+            tflops(hypatia),
+            tflops(burn),
             burn / hypatia
         );
+        rows.push(Row {
+            m,
+            k,
+            n,
+            dtype: dtype.clone(),
+            hypatia_ms: hypatia,
+            burn_ms: burn,
+            cube_ms: cube,
+            hypatia_tflops: tflops(hypatia),
+            burn_tflops: tflops(burn),
+            path,
+        });
     }
-    let device = burn::tensor::Device::<PlainOf<F>>::default();
-    println!(
-        "{}",
-        serde_json::to_string(&hypatia::stats(&device)).unwrap()
-    );
 }
 
 fn main() {
     let args = Args::parse();
-    match args.dtype.as_str() {
-        "f32" => run::<f32>(&args),
-        "f16" => run::<f16>(&args),
-        "bf16" => run::<bf16>(&args),
-        other => panic!("unknown dtype {other}"),
+    println!(
+        "{:<18} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}  path",
+        "M x K x N", "dtype", "hypatia", "burn", "cube", "TF/s hy", "TF/s bu", "vs burn"
+    );
+    let mut rows = Vec::new();
+    for dtype in args.dtypes.split(',') {
+        match dtype {
+            "f32" => run::<f32>(&args, &mut rows),
+            "f16" => run::<f16>(&args, &mut rows),
+            "bf16" => run::<bf16>(&args, &mut rows),
+            other => panic!("unknown dtype {other}"),
+        }
     }
-    let _ = DType::F32;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows).unwrap()).expect("write json");
+    }
 }

@@ -198,13 +198,13 @@ fn main() {
     let stats = hypatia::stats(&device);
     println!("\nHypatia fusion stats");
     println!(
-        "{:<14} {:>8} {:>9} {:>6}  fallbacks",
-        "pattern", "matched", "executed", "split"
+        "{:<14} {:>8} {:>9} {:>12} {:>6}  fallbacks",
+        "pattern", "matched", "executed", "tensor-core", "split"
     );
     for (name, p) in &stats.patterns {
         println!(
-            "{name:<14} {:>8} {:>9} {:>6}  {:?}",
-            p.matched, p.executed, p.split, p.fallbacks
+            "{name:<14} {:>8} {:>9} {:>12} {:>6}  {:?}",
+            p.matched, p.executed, p.tensor_core, p.split, p.fallbacks
         );
     }
     println!("declined windows: {:?}", stats.declined);

@@ -10,6 +10,7 @@ mod epilogue;
 mod error;
 mod launch;
 mod policy;
+pub mod tensor_core;
 #[allow(missing_docs)]
 mod tiled;
 

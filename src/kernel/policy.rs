@@ -1,12 +1,13 @@
-//! Which execution a fused step gets on a device: one tiled kernel, or split.
+//! Which execution a fused step gets on a device: one tiled kernel, the tensor-core engine, or
+//! split.
 //!
-//! The tiled kernel has no tensor-core path yet. Measured on an H100 (2026-11-22,
+//! The tiled kernel runs on plain units. Measured on an H100 (2026-11-22,
 //! `examples/bench_linear`, medians): it beats Burn's `Cuda` at 256×256×512 (f32 1.40x,
 //! f16 1.07x, bf16 1.08x) and loses from 1024×784×2048 on (f32 0.75x, f16 0.30x, bf16 0.31x),
-//! where Burn's autotuned tensor-core matmul wins. So where the device has matrix units for
-//! the dtype and the problem is larger than [`UNIT_KERNEL_MAX_FLOPS`], the step runs *split*:
-//! the inner backend's own matmul, then one Hypatia kernel for bias + activation (the same
-//! launch count as Burn's own fusion of this pattern, and one pass fewer than unfused).
+//! where tensor cores win. So where the device has matrix units for the dtype and the problem is
+//! larger than [`UNIT_KERNEL_MAX_FLOPS`], the step runs on the [tensor-core
+//! engine](super::tensor_core): an autotuned matmul (Burn's own among its candidates), then one
+//! Hypatia kernel for bias + activation.
 
 use super::LinearProblem;
 use burn_backend::DType;
@@ -21,7 +22,9 @@ pub const UNIT_KERNEL_MAX_FLOPS: f64 = 1.0e8;
 pub enum Execution {
     /// One launch: tiled matmul with the epilogue in registers.
     Tiled,
-    /// The inner backend's matmul, then Hypatia's bias + activation kernel.
+    /// The tensor-core engine's matmul, then Hypatia's bias + activation kernel.
+    TensorCore,
+    /// The inner backend's matmul ops, then Hypatia's bias + activation kernel.
     Split,
 }
 
@@ -32,14 +35,16 @@ pub enum ExecutionPolicy {
     Auto,
     /// Always one tiled launch.
     Tiled,
+    /// Always the tensor-core engine.
+    TensorCore,
     /// Always split.
     Split,
 }
 
 static POLICY: AtomicU8 = AtomicU8::new(u8::MAX);
 
-/// Sets the policy for the whole process. Without a call, `HYPATIA_EXECUTION=tiled|split|auto`
-/// decides, and `Auto` if unset.
+/// Sets the policy for the whole process. Without a call,
+/// `HYPATIA_EXECUTION=tiled|tensor-core|split|auto` decides, and `Auto` if unset.
 pub fn set_execution_policy(policy: ExecutionPolicy) {
     POLICY.store(policy as u8, Ordering::Relaxed);
 }
@@ -49,10 +54,12 @@ pub fn execution_policy() -> ExecutionPolicy {
     match POLICY.load(Ordering::Relaxed) {
         0 => ExecutionPolicy::Auto,
         1 => ExecutionPolicy::Tiled,
-        2 => ExecutionPolicy::Split,
+        2 => ExecutionPolicy::TensorCore,
+        3 => ExecutionPolicy::Split,
         _ => {
             let policy = match std::env::var("HYPATIA_EXECUTION").as_deref() {
                 Ok("tiled") => ExecutionPolicy::Tiled,
+                Ok("tensor-core") => ExecutionPolicy::TensorCore,
                 Ok("split") => ExecutionPolicy::Split,
                 _ => ExecutionPolicy::Auto,
             };
@@ -86,10 +93,11 @@ pub fn choose_execution<R: Runtime>(
 ) -> Execution {
     match execution_policy() {
         ExecutionPolicy::Tiled => Execution::Tiled,
+        ExecutionPolicy::TensorCore => Execution::TensorCore,
         ExecutionPolicy::Split => Execution::Split,
         ExecutionPolicy::Auto => {
             if problem.flops() > UNIT_KERNEL_MAX_FLOPS && has_matrix_units(client, problem.dtype) {
-                Execution::Split
+                Execution::TensorCore
             } else {
                 Execution::Tiled
             }

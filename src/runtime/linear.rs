@@ -2,6 +2,7 @@
 
 use super::HypatiaRuntime;
 use crate::fallback::{FallbackReason, run_unfused};
+use crate::kernel::tensor_core::tensor_core_matmul;
 use crate::kernel::{
     Execution, Operand, check_linear, choose_execution, launch_bias_activation, launch_fused_linear,
 };
@@ -55,6 +56,9 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 Step::Fused(fused) => match run_fused(fused, context, execution) {
                     Ok(Execution::Tiled) => stats::record(&self.device_key, |s| {
                         stats::pattern(s, fused.epilogue.pattern()).executed += 1
+                    }),
+                    Ok(Execution::TensorCore) => stats::record(&self.device_key, |s| {
+                        stats::pattern(s, fused.epilogue.pattern()).tensor_core += 1
                     }),
                     Ok(Execution::Split) => stats::record(&self.device_key, |s| {
                         stats::pattern(s, fused.epilogue.pattern()).split += 1
@@ -158,6 +162,22 @@ fn run_fused<R: CubeRuntime>(
                 step.epilogue,
                 step.pre.is_some(),
             );
+            (outputs, &inputs[..])
+        }
+        Execution::TensorCore => {
+            let operands: Vec<Operand<R>> =
+                inputs.iter().map(|(_, t)| operand(context, t)).collect();
+            let product = Operand {
+                handle: tensor_core_matmul(&problem, &operands[0], &operands[1]),
+                shape: problem.out_shape.clone(),
+            };
+            let outputs = launch_bias_activation(
+                &product,
+                operands.get(2),
+                step.epilogue,
+                step.pre.is_some(),
+            )
+            .expect("check_linear accepted this bias for this output");
             (outputs, &inputs[..])
         }
         Execution::Split => {

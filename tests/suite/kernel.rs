@@ -273,3 +273,44 @@ fn split_execution_matches_burn() {
     ];
     check_with::<Plain, Fused, 3>(&cases, split, tol);
 }
+
+#[test]
+fn tensor_core_execution_matches_burn() {
+    use hypatia::kernel::{ExecutionPolicy, set_execution_policy};
+    /// Restores the automatic choice even when an assertion fails.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_execution_policy(ExecutionPolicy::Auto);
+        }
+    }
+    let _restore = Restore;
+    set_execution_policy(ExecutionPolicy::TensorCore);
+    let engine =
+        |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.tensor_core);
+    // Without matrix units (lavapipe) the engine's autotune keeps Burn's matmul; on CUDA it
+    // picks a cubek tiling on tensor cores (TF32 for f32, like Burn).
+    let tol = burn_tolerance(DType::F32);
+    let cases = [
+        case(17, 33, 65),
+        case(128, 64, 256),
+        Case {
+            transpose_w: true,
+            specials: true,
+            ..case(9, 8, 7)
+        },
+    ];
+    check_with::<Plain, Fused, 2>(&cases, engine, tol);
+    let cases = [
+        Case {
+            lead: &[3],
+            ..case(17, 33, 65)
+        },
+        Case {
+            transpose_x: true,
+            lead: &[2],
+            ..case(65, 130, 67)
+        },
+    ];
+    check_with::<Plain, Fused, 3>(&cases, engine, tol);
+}
