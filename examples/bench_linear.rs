@@ -41,6 +41,9 @@ struct Args {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Leave out the table header (used for the per-dtype child processes).
+    #[arg(long)]
+    no_header: bool,
     /// Launches per timed batch.
     #[arg(long, default_value_t = 10)]
     iters: usize,
@@ -76,6 +79,7 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
         TensorData::new(v, shape).convert_dtype(dtype)
     };
     let x = Tensor::<B, 2>::from_data(rand(vec![m, k], 1), &device);
+    assert_eq!(x.dtype(), dtype, "one float dtype per process (Burn 0.21)");
     let w = Tensor::<B, 2>::from_data(rand(vec![k, n], 2), &device);
     let b = Tensor::<B, 1>::from_data(rand(vec![n], 3), &device);
     let step = || relu(x.clone().matmul(w.clone()) + b.clone().unsqueeze());
@@ -94,7 +98,7 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
 }
 
 /// One row of the table.
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Row {
     m: usize,
     k: usize,
@@ -167,19 +171,50 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
     }
 }
 
+/// Runs one dtype in a child process and returns its rows: Burn 0.21 fixes a device's float
+/// dtype at the first tensor of the process, so a second dtype in the same process would
+/// silently run in the first one's.
+fn run_child(args: &Args, dtype: &str) -> Vec<Row> {
+    let json =
+        std::env::temp_dir().join(format!("bench_linear_{}_{dtype}.json", std::process::id()));
+    let status = std::process::Command::new(std::env::current_exe().expect("own path"))
+        .args(["--dtypes", dtype, "--shapes", &args.shapes, "--no-header"])
+        .args([
+            "--iters",
+            &args.iters.to_string(),
+            "--runs",
+            &args.runs.to_string(),
+        ])
+        .arg("--json")
+        .arg(&json)
+        .status()
+        .expect("spawn the benchmark for one dtype");
+    assert!(status.success(), "{dtype} benchmark failed");
+    let rows = std::fs::read_to_string(&json).expect("child's json");
+    let _ = std::fs::remove_file(&json);
+    serde_json::from_str(&rows).expect("child's rows")
+}
+
 fn main() {
     let args = Args::parse();
-    println!(
-        "{:<18} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}  path",
-        "M x K x N", "dtype", "hypatia", "burn", "cube", "TF/s hy", "TF/s bu", "vs burn"
-    );
+    if !args.no_header {
+        println!(
+            "{:<18} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}  path",
+            "M x K x N", "dtype", "hypatia", "burn", "cube", "TF/s hy", "TF/s bu", "vs burn"
+        );
+    }
+    let dtypes: Vec<&str> = args.dtypes.split(',').collect();
     let mut rows = Vec::new();
-    for dtype in args.dtypes.split(',') {
-        match dtype {
+    if let [dtype] = dtypes.as_slice() {
+        match *dtype {
             "f32" => run::<f32>(&args, &mut rows),
             "f16" => run::<f16>(&args, &mut rows),
             "bf16" => run::<bf16>(&args, &mut rows),
             other => panic!("unknown dtype {other}"),
+        }
+    } else {
+        for dtype in dtypes {
+            rows.extend(run_child(&args, dtype));
         }
     }
     if let Some(path) = &args.json {

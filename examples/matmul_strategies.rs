@@ -129,7 +129,8 @@ fn candidates(problem: &MatmulProblem, client: &ComputeClient<Runtime>) -> Vec<(
         ));
 
         // Forced tilings, beyond what Burn's selector proposes: plane tile, planes, k depth.
-        let grid: [((u32, u32), (u32, u32), u32); 6] = [
+        type Grid = ((u32, u32), (u32, u32), u32);
+        let grid: [Grid; 6] = [
             ((64, 64), (2, 2), 32),
             ((64, 32), (2, 4), 32),
             ((32, 64), (4, 2), 32),

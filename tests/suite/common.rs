@@ -28,6 +28,7 @@ pub type Fused = hypatia::Hypatia<Plain>;
 /// Hypatia over a bare `CubeBackend` (no Burn fusion underneath to begin with).
 pub type FusedBare = hypatia::Hypatia<burn_cubecl::CubeBackend<Runtime, f32, i32, u32>>;
 /// Decorated backend with float type `F`.
+#[allow(dead_code)] // used by tests/half_*.rs only
 pub type FusedOf<F> = hypatia::Hypatia<PlainOf<F>>;
 
 pub fn device() -> TestDevice {

@@ -1,3 +1,4 @@
+mod check;
 mod common;
 mod kernel;
 mod mlp;

@@ -1,0 +1,186 @@
+//! The Linear+ReLU check shared by the test binaries: one problem on `Hypatia<B>` (poisoned
+//! memory first) and on `B`, against each other and a float64 host reference.
+
+use super::common::*;
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+use burn::tensor::{DType, Element};
+
+/// How close Hypatia must be to Burn itself: Burn's f32 matmul on CUDA uses TF32 tensor cores,
+/// Hypatia's tiled kernel full f32, so there the two differ by TF32 rounding.
+pub fn burn_tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F32 if cfg!(feature = "cuda") => 2e-3,
+        _ => tolerance(dtype),
+    }
+}
+
+/// One Linear+ReLU problem.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// Leading dims of x, then m; x is `[lead.., m, k]`.
+    pub lead: &'static [usize],
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// x is stored `[.., k, m]` and transposed (a strided view).
+    pub transpose_x: bool,
+    /// w is stored `[n, k]` and transposed, as a `[out, in]` layout would be.
+    pub transpose_w: bool,
+    /// Put NaN and ±Inf into x.
+    pub specials: bool,
+}
+
+pub const fn case(m: usize, k: usize, n: usize) -> Case {
+    Case {
+        lead: &[],
+        m,
+        k,
+        n,
+        transpose_x: false,
+        transpose_w: false,
+        specials: false,
+    }
+}
+
+/// Runs the case on `B`; returns the output and the inputs as `B` holds them (rounded to
+/// its float type, in logical layout) for the float64 reference.
+fn forward<B: Backend, const D: usize>(
+    case: &Case,
+    device: &B::Device,
+) -> (TensorData, [TensorData; 3]) {
+    let mut x_shape: Vec<usize> = case.lead.to_vec();
+    if case.transpose_x {
+        x_shape.extend([case.k, case.m]);
+    } else {
+        x_shape.extend([case.m, case.k]);
+    }
+    let mut x = data(11, &x_shape, 1.0);
+    if case.specials {
+        let mut v: Vec<f32> = x.to_vec().unwrap();
+        let len = v.len();
+        v[0] = f32::NAN;
+        v[len / 2] = f32::INFINITY;
+        v[len - 1] = f32::NEG_INFINITY;
+        x = TensorData::new(v, x_shape.clone());
+    }
+    let dtype = B::FloatElem::dtype();
+    let x = Tensor::<B, D>::from_data(x.convert_dtype(dtype), device);
+    // Burn 0.21 fixes a device's float dtype at its first tensor in the process and silently
+    // converts later data to it: a test of another dtype must run in its own test binary.
+    assert_eq!(
+        x.dtype(),
+        dtype,
+        "this device already holds another float dtype"
+    );
+    let x = if case.transpose_x {
+        x.swap_dims(D - 2, D - 1)
+    } else {
+        x
+    };
+    let w_shape = if case.transpose_w {
+        [case.n, case.k]
+    } else {
+        [case.k, case.n]
+    };
+    let w = Tensor::<B, 2>::from_data(data(12, &w_shape, 0.5).convert_dtype(dtype), device);
+    let w = if case.transpose_w { w.transpose() } else { w };
+    let b = Tensor::<B, 1>::from_data(data(13, &[case.n], 0.5).convert_dtype(dtype), device);
+    let inputs = [x.to_data(), w.to_data(), b.to_data()];
+    let out = relu(x.matmul(w.unsqueeze::<D>()) + b.unsqueeze::<D>()).into_data();
+    (out, inputs)
+}
+
+/// `relu(x · w + b)` in float64 on the host, with IEEE NaN / Inf semantics and Burn's relu.
+fn reference([x, w, b]: &[TensorData; 3]) -> TensorData {
+    let as_f64 = |d: &TensorData| -> Vec<f64> {
+        d.clone()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    let (xv, wv, bv) = (as_f64(x), as_f64(w), as_f64(b));
+    let rank = x.shape.len();
+    let (m, k, n) = (x.shape[rank - 2], x.shape[rank - 1], w.shape[1]);
+    let batch = xv.len() / (m * k);
+    let mut out = Vec::with_capacity(batch * m * n);
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = bv[j];
+                for l in 0..k {
+                    acc += xv[bi * m * k + i * k + l] * wv[l * n + j];
+                }
+                out.push(if acc <= 0.0 { 0.0 } else { acc } as f32);
+            }
+        }
+    }
+    let mut shape = x.shape.clone();
+    shape[rank - 1] = n;
+    TensorData::new(out, shape)
+}
+
+/// Runs every case on `H` (poisoned memory first) and on `P`; `H` must match the float64
+/// reference within its dtype's tolerance and Burn within Burn's own precision, and each case
+/// must have gone through `counter`.
+pub fn check_with<P: Backend, H: Backend<Device = P::Device>, const D: usize>(
+    cases: &[Case],
+    counter: fn(&hypatia::FusionStats) -> u64,
+    reference_tolerance: f32,
+) {
+    let _ = device();
+    let device = P::Device::default();
+    let count = || counter(&hypatia::stats(&device));
+    let before = count();
+    let dtype = P::FloatElem::dtype();
+    for case in cases {
+        eprintln!("checking {case:?}");
+        let out_len = case.lead.iter().product::<usize>() * case.m * case.n;
+        poison::<H>(out_len, &device);
+        let (actual, inputs) = forward::<H, D>(case, &device);
+        let (burn, _) = forward::<P, D>(case, &device);
+        assert_close(&actual, &reference(&inputs), reference_tolerance);
+        assert_close(&actual, &burn, burn_tolerance(dtype));
+    }
+    assert_eq!(
+        count() - before,
+        cases.len() as u64,
+        "every case must run fused: {:?}",
+        hypatia::stats(&device)
+    );
+}
+
+pub fn check<P: Backend, H: Backend<Device = P::Device>, const D: usize>(cases: &[Case]) {
+    let tol = tolerance(P::FloatElem::dtype());
+    check_with::<P, H, D>(cases, |s| s.executed("linear-relu"), tol);
+}
+
+pub const SHAPES: &[Case] = &[
+    case(1, 1, 1),
+    case(17, 33, 65),
+    case(64, 64, 64),
+    case(65, 130, 67),
+    case(128, 3, 257),
+    case(5, 300, 1),
+];
+
+/// The half-precision suite for float type `F` (each in its own test binary: see `forward`).
+#[allow(dead_code)] // used by tests/half_*.rs only
+pub fn check_half<F: burn_cubecl::FloatElement>() {
+    let device = device();
+    let dtype = F::dtype();
+    if !PlainOf::<F>::supports_dtype(&device, dtype) {
+        eprintln!("skipped: this device has no {dtype:?} arithmetic");
+        return;
+    }
+    check::<PlainOf<F>, FusedOf<F>, 2>(SHAPES);
+    let cases = [Case {
+        lead: &[3],
+        transpose_w: true,
+        ..case(17, 33, 65)
+    }];
+    check::<PlainOf<F>, FusedOf<F>, 3>(&cases);
+}
