@@ -1,15 +1,13 @@
 #!/bin/bash
-# One device call for issue 3: GPU tests, the Linear+ReLU benchmark and PyTorch beside it.
-# Run from the repo root on the device machine, with the binaries unpacked in .device/.
+# One device call for issue 3: the Linear+ReLU benchmark for one dtype (DTYPE=bf16|f16|f32) and
+# PyTorch beside it (f32 with TF32, as Burn's f32 matmul uses). Tests: device_tests.sh.
+# Run from the repo root on the device machine, with the binaries packed in .device/bins.tgz.
 set -u
-cd .device
+DTYPE=${DTYPE:-bf16}
+cd .device && tar xzf bins.tgz
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
-if [ -x ./gpu_tests ]; then
-  ./gpu_tests --test-threads=1 > $OUT/tests.txt 2>&1
-  grep -E "^test result|FAILED|panicked" $OUT/tests.txt | head -5
-fi
-./bench_linear --json $OUT/bench.json ${BENCH_ARGS:-} > $OUT/bench.txt 2> $OUT/bench.err
-python3 torch_ref.py linear --dtypes bf16,f16 ${TORCH_ARGS:-} > $OUT/torch.txt 2>&1
-python3 torch_ref.py linear --dtypes f32 --tf32 ${TORCH_ARGS:-} >> $OUT/torch.txt 2>&1
-grep -v "^json" $OUT/torch.txt | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'
-cat $OUT/bench.txt
+./bench_linear --dtypes $DTYPE --json $OUT/bench_$DTYPE.json > $OUT/bench_$DTYPE.txt 2> $OUT/bench_$DTYPE.err
+TF32=$([ "$DTYPE" = f32 ] && echo --tf32)
+python3 torch_ref.py linear --dtypes $DTYPE $TF32 > $OUT/torch_$DTYPE.txt 2>&1
+grep -v "^json" $OUT/torch_$DTYPE.txt | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'
+cat $OUT/bench_$DTYPE.txt
