@@ -109,7 +109,7 @@ struct Row {
     cube_ms: f64,
     hypatia_tflops: f64,
     burn_tflops: f64,
-    /// How Hypatia ran the step: `tiled`, `tensor-core` or `split`.
+    /// How Hypatia ran the step: `tiled`, `tensor-core: <candidate>` or `split`.
     path: String,
 }
 
@@ -144,7 +144,14 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
-        .map(|(name, _)| name)
+        .map(|(name, _)| match name {
+            // The engine's autotuned choice, e.g. `tensor-core: wgmma 128x256 s4`.
+            "tensor-core" => format!(
+                "{name}: {}",
+                hypatia::kernel::tensor_core::last_candidate::<Runtime>().unwrap_or_default()
+            ),
+            _ => name.to_string(),
+        })
         .collect::<Vec<_>>()
         .join("+");
         let burn = time::<PlainOf<F>>(m, k, n, args);

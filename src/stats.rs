@@ -12,8 +12,8 @@ pub struct PatternStats {
     pub matched: u64,
     /// Fused kernel launches (one tiled kernel per step).
     pub executed: u64,
-    /// Steps run on the tensor-core engine: its autotuned matmul, then Hypatia's bias +
-    /// activation kernel (see [`crate::kernel::tensor_core`]).
+    /// Steps run on the tensor-core engine: its autotuned fastest candidate for the whole
+    /// linear (see [`crate::kernel::tensor_core`]).
     pub tensor_core: u64,
     /// Split executions: the inner backend's matmul, then Hypatia's bias + activation kernel
     /// (problems where the inner matmul is faster; see [`crate::kernel::choose_execution`]).

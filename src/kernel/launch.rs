@@ -150,7 +150,8 @@ fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     strides
 }
 
-fn alloc<R: Runtime>(
+/// A contiguous uninitialised buffer of `shape` on `like`'s device.
+pub fn alloc<R: Runtime>(
     like: &CubeFusionHandle<R>,
     shape: &[usize],
     dtype: DType,
@@ -176,12 +177,26 @@ pub fn launch_fused_linear<R: Runtime>(
     epilogue: Epilogue,
     write_pre: bool,
 ) -> LinearOutputs<R> {
+    let outputs = Outputs::alloc(&lhs.handle, &problem.out_shape, problem.dtype, write_pre);
+    launch_fused_linear_into(problem, lhs, rhs, bias, epilogue, outputs.out, outputs.pre)
+}
+
+/// [`launch_fused_linear`] into given contiguous outputs of `problem.out_shape`.
+pub fn launch_fused_linear_into<R: Runtime>(
+    problem: &LinearProblem,
+    lhs: &Operand<R>,
+    rhs: &Operand<R>,
+    bias: Option<&Operand<R>>,
+    epilogue: Epilogue,
+    out: CubeFusionHandle<R>,
+    pre: Option<CubeFusionHandle<R>>,
+) -> LinearOutputs<R> {
     let shape = problem.out_shape.clone();
     let rank = shape.len();
     let (m, n) = (shape[rank - 2], shape[rank - 1]);
     let client = lhs.handle.client.clone();
-
-    let outputs = Outputs::alloc(&lhs.handle, &shape, problem.dtype, write_pre);
+    let write_pre = pre.is_some();
+    let outputs = Outputs::new(out, pre, &shape, problem.dtype);
 
     let cube_count = CubeCount::Static(
         n.div_ceil(TILE_N) as u32,
@@ -228,8 +243,30 @@ pub fn launch_bias_activation<R: Runtime>(
             bias: Some(b.shape.clone()),
         });
     }
-    let len: usize = shape.iter().product();
     let outputs = Outputs::alloc(&input.handle, &shape, input.handle.dtype, write_pre);
+    Ok(launch_bias_activation_into(
+        input,
+        bias,
+        epilogue,
+        outputs.out,
+        outputs.pre,
+    ))
+}
+
+/// [`launch_bias_activation`] into given contiguous outputs of `input`'s shape, for a bias
+/// that is a row of `input`'s last dim.
+pub fn launch_bias_activation_into<R: Runtime>(
+    input: &Operand<R>,
+    bias: Option<&Operand<R>>,
+    epilogue: Epilogue,
+    out: CubeFusionHandle<R>,
+    pre: Option<CubeFusionHandle<R>>,
+) -> LinearOutputs<R> {
+    let shape = input.shape.clone();
+    let n = *shape.last().unwrap_or(&0);
+    let write_pre = pre.is_some();
+    let len: usize = shape.iter().product();
+    let outputs = Outputs::new(out, pre, &shape, input.handle.dtype);
     let cube_dim = CubeDim::new_1d(256);
     let cubes = len.div_ceil(256);
     let cube_count = CubeCount::Static(
@@ -253,7 +290,7 @@ pub fn launch_bias_activation<R: Runtime>(
         matches!(epilogue, Epilogue::Relu),
         input.handle.dtype.into(),
     );
-    Ok(outputs.finish())
+    outputs.finish()
 }
 
 /// Output buffers of one launch, and the argument plumbing shared by both kernels.
@@ -266,9 +303,19 @@ struct Outputs<R: Runtime> {
 
 impl<R: Runtime> Outputs<R> {
     fn alloc(like: &CubeFusionHandle<R>, shape: &[usize], dtype: DType, write_pre: bool) -> Self {
+        let pre = write_pre.then(|| alloc(like, shape, dtype));
+        Self::new(alloc(like, shape, dtype), pre, shape, dtype)
+    }
+
+    fn new(
+        out: CubeFusionHandle<R>,
+        pre: Option<CubeFusionHandle<R>>,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Self {
         Self {
-            out: alloc(like, shape, dtype),
-            pre: write_pre.then(|| alloc(like, shape, dtype)),
+            out,
+            pre,
             shape: shape.to_vec(),
             dtype,
         }

@@ -8,6 +8,8 @@
 #[allow(missing_docs)] // #[cube] generates an undocumented expand module.
 mod epilogue;
 mod error;
+#[cfg(feature = "cuda")]
+pub mod hopper;
 mod launch;
 mod policy;
 pub mod tensor_core;

@@ -1,28 +1,23 @@
 //! Which execution a fused step gets on a device: one tiled kernel, the tensor-core engine, or
 //! split.
 //!
-//! The tiled kernel runs on plain units. Measured on an H100 (2026-11-22,
-//! `examples/bench_linear`, medians): it beats Burn's `Cuda` at 256×256×512 (f32 1.40x,
-//! f16 1.07x, bf16 1.08x) and loses from 1024×784×2048 on (f32 0.75x, f16 0.30x, bf16 0.31x),
-//! where tensor cores win. So where the device has matrix units for the dtype and the problem is
-//! larger than [`UNIT_KERNEL_MAX_FLOPS`], the step runs on the [tensor-core
-//! engine](super::tensor_core): an autotuned matmul (Burn's own among its candidates), then one
-//! Hypatia kernel for bias + activation.
+//! The tiled kernel runs on plain units; it is all a device without matrix units (lavapipe,
+//! most integrated GPUs) gets. Where the device has matrix units for the dtype, the step runs on
+//! the [tensor-core engine](super::tensor_core), which autotunes per problem over the tiled
+//! kernel, Burn's own matmul, cubek-matmul tilings and (on Hopper) Hypatia's `wgmma` kernel, so
+//! the choice is measured, never assumed.
 
 use super::LinearProblem;
 use burn_backend::DType;
 use cubecl::prelude::*;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Largest problem (2·m·n·k FLOPs) the unit kernel takes on a device with matrix units.
-pub const UNIT_KERNEL_MAX_FLOPS: f64 = 1.0e8;
-
 /// How one fused step runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Execution {
     /// One launch: tiled matmul with the epilogue in registers.
     Tiled,
-    /// The tensor-core engine's matmul, then Hypatia's bias + activation kernel.
+    /// The tensor-core engine: its autotuned fastest candidate for the whole linear.
     TensorCore,
     /// The inner backend's matmul ops, then Hypatia's bias + activation kernel.
     Split,
@@ -96,7 +91,7 @@ pub fn choose_execution<R: Runtime>(
         ExecutionPolicy::TensorCore => Execution::TensorCore,
         ExecutionPolicy::Split => Execution::Split,
         ExecutionPolicy::Auto => {
-            if problem.flops() > UNIT_KERNEL_MAX_FLOPS && has_matrix_units(client, problem.dtype) {
+            if has_matrix_units(client, problem.dtype) {
                 Execution::TensorCore
             } else {
                 Execution::Tiled

@@ -7,7 +7,10 @@
 //! 64×64 on `mma.sync` with swizzled shared memory and TMA loads ran 0.662 ms (208 TFLOP/s).
 //! CubeCL 0.10 has no `wgmma`, which is what cuBLAS uses on Hopper (~750 TFLOP/s there).
 
-use super::{LinearProblem, Operand};
+use super::{
+    Epilogue, LinearOutputs, LinearProblem, Operand, alloc, launch_bias_activation_into,
+    launch_fused_linear_into,
+};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::kernel::matmul::{MatmulStrategy, matmul};
@@ -22,10 +25,11 @@ use cubek_matmul::components::tile::TileMatmulKind;
 use cubek_matmul::definition::{
     MatmulElems, MatmulGlobalElems, MatmulProblem, MatmulSetupError, TilingBlueprint, TilingScheme,
 };
-use cubek_matmul::launch::{MatmulAutotuneKey, Strategy};
+use cubek_matmul::launch::Strategy;
 use cubek_matmul::routines::{BlueprintStrategy, select_swizzle};
 use cubek_std::cube_count::{CubeCountStrategy, GlobalOrder, HypercubeBlueprint, SmAllocation};
 use cubek_std::{InputBinding, PartitionSize, StageSize, SwizzleModes, TileSize};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How a stage is loaded and pipelined (cubek-matmul's global matmul families).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +228,136 @@ pub fn matmul_problem(
     )
 }
 
+/// Operands and outputs of one linear on the engine: every candidate writes `out` (and `pre`).
+#[derive(Clone, Debug)]
+pub struct LinearArgs<R: CubeRuntime> {
+    /// Input, padded to the output's rank.
+    pub x: CubeTensor<R>,
+    /// Weight `[.., k, n]`, padded to the output's rank.
+    pub w: CubeTensor<R>,
+    /// Bias, a row of `n`.
+    pub bias: Option<CubeTensor<R>>,
+    /// Activation output, contiguous.
+    pub out: CubeTensor<R>,
+    /// Pre-activation output, contiguous, when asked for.
+    pub pre: Option<CubeTensor<R>>,
+    /// What the epilogue applies after the bias.
+    pub epilogue: Epilogue,
+}
+
+/// Largest problem (FLOPs) the tiled unit kernel is tuned on: beyond it, it always lost.
+const TILED_MAX_FLOPS: f64 = 1.0e9;
+
+impl<R: CubeRuntime> LinearArgs<R> {
+    fn operand(tensor: &CubeTensor<R>) -> Operand<R> {
+        Operand {
+            handle: tensor.clone().into(),
+            shape: tensor.meta.shape().to_vec(),
+        }
+    }
+
+    fn problem(&self) -> LinearProblem {
+        let shape = self.out.meta.shape().to_vec();
+        let x = self.x.meta.shape();
+        LinearProblem {
+            batch: shape[..shape.len() - 2].iter().product(),
+            k: x[x.len() - 1],
+            out_shape: shape,
+            dtype: self.out.dtype,
+        }
+    }
+
+    /// Runs `matmul` into a scratch buffer, then Hypatia's bias + activation kernel into the
+    /// outputs.
+    fn split(&self, matmul: impl FnOnce(Inputs<R>) -> Result<(), String>) -> Result<(), String> {
+        let product = CubeTensor::new_contiguous(
+            self.out.client.clone(),
+            self.out.device.clone(),
+            self.out.meta.shape().clone(),
+            self.out
+                .client
+                .empty(self.out.meta.shape().num_elements() * self.out.dtype.size()),
+            self.out.dtype,
+        );
+        matmul((self.x.clone(), self.w.clone(), product.clone()))?;
+        launch_bias_activation_into(
+            &Self::operand(&product),
+            self.bias.as_ref().map(Self::operand).as_ref(),
+            self.epilogue,
+            self.out.clone().into(),
+            self.pre.clone().map(Into::into),
+        );
+        Ok(())
+    }
+
+    /// The tiled unit kernel, whole linear in one launch.
+    fn tiled(&self) -> Result<(), String> {
+        let problem = self.problem();
+        if problem.flops() > TILED_MAX_FLOPS {
+            return Err("larger than the unit kernel is tuned on".into());
+        }
+        launch_fused_linear_into(
+            &problem,
+            &Self::operand(&self.x),
+            &Self::operand(&self.w),
+            self.bias.as_ref().map(Self::operand).as_ref(),
+            self.epilogue,
+            self.out.clone().into(),
+            self.pre.clone().map(Into::into),
+        );
+        Ok(())
+    }
+
+    /// The autotune key: exact `n` and `k` (a model's weights), `m` by power of two, and every
+    /// property that decides whether a candidate applies (layouts, alignment, outputs).
+    fn key(&self) -> String {
+        let shape = self.out.meta.shape();
+        let m: usize = shape[..shape.len() - 1].iter().product();
+        let layout = |t: &CubeTensor<R>| {
+            let (shape, strides) = (t.meta.shape(), t.meta.strides());
+            let r = shape.len();
+            format!(
+                "{:?}/{}/{}{}",
+                &strides[r - 2..],
+                is_contiguous(shape, strides),
+                shape[..r - 2].iter().all(|&d| d == 1),
+                if is_aligned(t) { "a" } else { "u" }
+            )
+        };
+        format!(
+            "m{} n{} k{} {:?} x{} w{} b{} p{} {:?}",
+            m.next_power_of_two(),
+            shape[shape.len() - 1],
+            self.problem().k,
+            self.out.dtype,
+            layout(&self.x),
+            layout(&self.w),
+            self.bias
+                .as_ref()
+                .map_or("-".into(), |b| format!("{:?}", b.meta.strides().last())),
+            self.pre.is_some(),
+            self.epilogue,
+        )
+    }
+}
+
+/// Whether `tensor` starts on 16 bytes (TMA's and vector loads' requirement).
+pub(crate) fn is_aligned<R: CubeRuntime>(tensor: &CubeTensor<R>) -> bool {
+    tensor.handle.offset_start.unwrap_or(0).is_multiple_of(16)
+}
+
+/// Whether `strides` are row-major for `shape` (size-1 dims may have any stride).
+pub(crate) fn is_contiguous(shape: &[usize], strides: &[usize]) -> bool {
+    let mut expected = 1;
+    for (&dim, &stride) in shape.iter().zip(strides).rev() {
+        if dim != 1 && stride != expected {
+            return false;
+        }
+        expected *= dim;
+    }
+    true
+}
+
 type Inputs<R> = (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>);
 
 /// Launches one tiling into `out`.
@@ -248,35 +382,64 @@ fn launch_tiling<R: CubeRuntime>(
     .map_err(|e| format!("{e:?}"))
 }
 
-fn tunables<R: CubeRuntime>() -> TunableSet<MatmulAutotuneKey, Inputs<R>, ()> {
-    let key = |(lhs, rhs, out): &Inputs<R>| {
-        MatmulAutotuneKey::generate(
-            &lhs.client,
-            lhs.meta.shape(),
-            rhs.meta.shape(),
-            lhs.meta.strides(),
-            rhs.meta.strides(),
-            lhs.dtype.into(),
-            rhs.dtype.into(),
-            out.dtype.into(),
-            None,
-            None,
-        )
-    };
-    // Burn's own autotuned matmul first: it always runs, so it is the fallback, and a tiling
-    // only wins where it measured faster.
-    let mut set = TunableSet::new_cloning_inputs(key).with(Tunable::new(
-        "burn",
-        |(lhs, rhs, out): Inputs<R>| {
-            let dtype = out.dtype;
-            matmul(lhs, rhs, Some(out), MatmulStrategy::default(), dtype)
-                .map(|_| ())
-                .map_err(|e| format!("{e:?}"))
-        },
-    ));
+type Candidate<R> = Box<dyn Fn(LinearArgs<R>) -> Result<(), String> + Send + Sync>;
+
+/// Every way the engine can run a linear, by name. Burn's own matmul (then Hypatia's epilogue
+/// kernel) first: it always runs, so it is the fallback, and every other candidate only wins
+/// where it measured faster.
+fn candidates<R: CubeRuntime>() -> Vec<(String, Candidate<R>)> {
+    let mut list: Vec<(String, Candidate<R>)> = vec![
+        (
+            "burn".into(),
+            Box::new(|args: LinearArgs<R>| {
+                args.split(|(lhs, rhs, out)| {
+                    let dtype = out.dtype;
+                    matmul(lhs, rhs, Some(out), MatmulStrategy::default(), dtype)
+                        .map(|_| ())
+                        .map_err(|e| format!("{e:?}"))
+                })
+            }),
+        ),
+        ("tiled".into(), Box::new(|args: LinearArgs<R>| args.tiled())),
+    ];
     for tiling in TILINGS {
-        set = set.with(Tunable::new(&tiling.name(), move |inputs: Inputs<R>| {
-            launch_tiling(&tiling, inputs)
+        list.push((
+            tiling.name(),
+            Box::new(move |args: LinearArgs<R>| {
+                args.split(|inputs| launch_tiling(&tiling, inputs))
+            }),
+        ));
+    }
+    #[cfg(feature = "cuda")]
+    for tiling in super::hopper::WGMMA_TILINGS {
+        list.push((
+            tiling.name(),
+            Box::new(move |args: LinearArgs<R>| super::hopper::launch(tiling, &args)),
+        ));
+    }
+    list
+}
+
+/// Index in [`candidates`] of the candidate that ran last (`usize::MAX`: none yet).
+static LAST: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The engine candidate that ran the last linear on runtime `R`, e.g. `"wgmma 128x256 s4"`:
+/// after autotune has settled, the one it chose. For benchmarks and logs.
+pub fn last_candidate<R: CubeRuntime>() -> Option<String> {
+    let index = LAST.load(Ordering::Relaxed);
+    candidates::<R>()
+        .into_iter()
+        .nth(index)
+        .map(|(name, _)| name)
+}
+
+fn tunables<R: CubeRuntime>() -> TunableSet<String, LinearArgs<R>, ()> {
+    let mut set = TunableSet::new_cloning_inputs(|args: &LinearArgs<R>| args.key());
+    for (index, (name, candidate)) in candidates::<R>().into_iter().enumerate() {
+        set = set.with(Tunable::new(&name, move |args: LinearArgs<R>| {
+            candidate(args)?;
+            LAST.store(index, Ordering::Relaxed);
+            Ok::<(), String>(())
         }));
     }
     set
@@ -292,13 +455,17 @@ fn tensor<R: CubeRuntime>(handle: CubeFusionHandle<R>, shape: Vec<usize>) -> Cub
     )
 }
 
-/// `lhs · rhs` on the tensor-core engine, into a new contiguous buffer of `problem.out_shape`.
-pub fn tensor_core_matmul<R: CubeRuntime>(
+/// `epilogue(x · w + bias)` (and the pre-activation if `write_pre`) on the engine's fastest
+/// candidate for this problem on this device, into new contiguous buffers.
+pub fn tensor_core_linear<R: CubeRuntime>(
     problem: &LinearProblem,
-    lhs: &Operand<R>,
-    rhs: &Operand<R>,
-) -> CubeFusionHandle<R> {
-    static TUNER: LocalTuner<MatmulAutotuneKey, cubecl::CubeTuneId> = local_tuner!();
+    x: &Operand<R>,
+    w: &Operand<R>,
+    bias: Option<&Operand<R>>,
+    epilogue: Epilogue,
+    write_pre: bool,
+) -> LinearOutputs<R> {
+    static TUNER: LocalTuner<String, cubecl::CubeTuneId> = local_tuner!();
     let rank = problem.out_shape.len();
     // Same rank for both operands: leading dims of size 1 (stride irrelevant).
     let padded = |operand: &Operand<R>| {
@@ -311,25 +478,68 @@ pub fn tensor_core_matmul<R: CubeRuntime>(
         handle.strides = Strides::new(&strides);
         tensor(handle, shape)
     };
-    let (lhs, rhs) = (padded(lhs), padded(rhs));
-    let client = lhs.client.clone();
-    let device = lhs.device.clone();
-    let bytes = problem.out_shape.iter().product::<usize>() * problem.dtype.size();
-    let out = CubeTensor::new_contiguous(
-        client.clone(),
-        device.clone(),
-        Shape::from(problem.out_shape.clone()),
-        client.empty(bytes),
-        problem.dtype,
-    );
+    let (x, w) = (padded(x), padded(w));
+    let client = x.client.clone();
+    let device = x.device.clone();
+    let new_output = || {
+        let handle = alloc(&x.clone().into(), &problem.out_shape, problem.dtype);
+        tensor(handle, problem.out_shape.clone())
+    };
+    let args = LinearArgs {
+        bias: bias.map(|b| tensor(b.handle.clone(), b.shape.clone())),
+        out: new_output(),
+        pre: write_pre.then(new_output),
+        epilogue,
+        x,
+        w,
+    };
+    let outputs = LinearOutputs {
+        out: args.out.clone().into(),
+        pre: args.pre.clone().map(Into::into),
+        shape: problem.out_shape.clone(),
+    };
+    if let Some(name) = forced_candidate() {
+        match candidates::<R>()
+            .into_iter()
+            .enumerate()
+            .find(|(_, (n, _))| *n == name)
+        {
+            Some((index, (_, candidate))) => match candidate(args.clone()) {
+                Ok(()) => {
+                    LAST.store(index, Ordering::Relaxed);
+                    return outputs;
+                }
+                Err(reason) => log::warn!("hypatia: engine candidate `{name}` declined: {reason}"),
+            },
+            None => log::warn!("hypatia: no engine candidate named `{name}`"),
+        }
+    }
     let set = TUNER.init(tunables::<R>);
     TUNER.execute(
         &cubecl::CubeTuneId::new::<R>(&client, &device),
         &client,
         set,
-        (lhs, rhs, out.clone()),
+        args,
     );
-    out.into()
+    outputs
+}
+
+static FORCED: std::sync::Mutex<Option<Option<String>>> = std::sync::Mutex::new(None);
+
+/// Runs every linear on the engine candidate named `name` (e.g. `"burn"`, `"tiled"`,
+/// `"wgmma 128x256 s4"`, a [`Tiling::name`]) instead of the autotuned choice, where it applies;
+/// `None` restores autotune. Without a call, `HYPATIA_ENGINE_CANDIDATE` decides. For
+/// benchmarks and tests that measure one candidate.
+pub fn force_candidate(name: Option<&str>) {
+    *FORCED.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.map(str::to_string));
+}
+
+fn forced_candidate() -> Option<String> {
+    FORCED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(|| std::env::var("HYPATIA_ENGINE_CANDIDATE").ok())
+        .clone()
 }
 
 /// Whether the engine runs `dtype` (it needs f16, bf16 or f32 inputs).

@@ -2,7 +2,7 @@
 
 use super::HypatiaRuntime;
 use crate::fallback::{FallbackReason, run_unfused};
-use crate::kernel::tensor_core::tensor_core_matmul;
+use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
     Execution, Operand, check_linear, choose_execution, launch_bias_activation, launch_fused_linear,
 };
@@ -167,17 +167,14 @@ fn run_fused<R: CubeRuntime>(
         Execution::TensorCore => {
             let operands: Vec<Operand<R>> =
                 inputs.iter().map(|(_, t)| operand(context, t)).collect();
-            let product = Operand {
-                handle: tensor_core_matmul(&problem, &operands[0], &operands[1]),
-                shape: problem.out_shape.clone(),
-            };
-            let outputs = launch_bias_activation(
-                &product,
+            let outputs = tensor_core_linear(
+                &problem,
+                &operands[0],
+                &operands[1],
                 operands.get(2),
                 step.epilogue,
                 step.pre.is_some(),
-            )
-            .expect("check_linear accepted this bias for this output");
+            );
             (outputs, &inputs[..])
         }
         Execution::Split => {

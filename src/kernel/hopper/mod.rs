@@ -1,0 +1,377 @@
+//! Hopper's tensor cores at full rate: a hand-written `wgmma` kernel with TMA loads and the
+//! bias + activation epilogue in registers, launched through CubeCL's CUDA runtime.
+//!
+//! CubeCL 0.10 lowers matrix ops to `mma.sync`/`wmma` only, which caps cubek-matmul near a
+//! third of an H100's bf16 peak (`examples/matmul_strategies`). Hopper's full rate needs the
+//! asynchronous warpgroup MMA (`wgmma.mma_async`) fed from swizzled shared memory by TMA. So this
+//! one kernel is CUDA C++ ([`wgmma_linear.cu`](../../../src/kernel/hopper/wgmma_linear.cu)): a
+//! [`CubeTask`] hands CubeCL the source, and CubeCL compiles it with NVRTC (for `sm_90a`),
+//! caches it, encodes the TMA descriptors and launches it on its own stream with its own
+//! memory, like any of its kernels. It is one more candidate of the
+//! [tensor-core engine's](super::tensor_core) autotune, so it runs only where it measured
+//! fastest.
+//!
+//! Runs: f16 and bf16 (f32 accumulation), `x` row-major (any rank, rows flattened), `w` a
+//! `[k, n]` matrix stored row-major (Burn's Linear weight) or transposed (`[n, k]` storage),
+//! `k` and `n` multiples of 8 (TMA's 16-byte strides), 16-byte aligned operands, a contiguous
+//! bias. Anything else is declined with a reason and another candidate runs.
+
+use super::Epilogue;
+use super::tensor_core::{LinearArgs, is_aligned, is_contiguous};
+use burn_backend::DType;
+use burn_cubecl::CubeRuntime;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::cuda::{CudaCompiler, CudaComputeKernel};
+use cubecl::features::Tma;
+use cubecl::prelude::*;
+use cubecl::server::{KernelArguments, MetadataBindingInfo, TensorMapBinding, TensorMapMeta};
+use cubecl::zspace::metadata::Metadata;
+use cubecl::{CompilationError, CubeTask};
+use cubecl_cpp::shared::{Body, Elem, Flags, Item, SharedMemory};
+use cubecl_runtime::id::KernelId;
+use cubecl_runtime::kernel::{CompiledKernel, KernelMetadata};
+use cubecl_runtime::server::ComputeServer;
+use std::any::Any;
+use std::collections::HashSet;
+use std::fmt::Write;
+
+const KERNEL_SOURCE: &str = include_str!("wgmma_linear.cu");
+const ENTRY_POINT: &str = "hypatia_wgmma_linear";
+/// Rows of a CTA tile (two consumer warpgroups of 64 rows).
+const BM: usize = 128;
+/// Depth of a stage along k (one 128-byte swizzle row of 16-bit elements).
+const BK: usize = 64;
+/// Producer warpgroup + two consumer warpgroups.
+const THREADS: u32 = 384;
+
+/// One shape of the kernel: CTA tile width and pipeline depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WgmmaTiling {
+    /// Columns per CTA (the wgmma instruction is m64n`bn`k16).
+    pub bn: u32,
+    /// Shared-memory stages in flight.
+    pub stages: u32,
+}
+
+impl WgmmaTiling {
+    /// A short name, e.g. `wgmma 128x256 s4`.
+    pub fn name(&self) -> String {
+        format!("wgmma {BM}x{} s{}", self.bn, self.stages)
+    }
+
+    fn shared_bytes(&self) -> usize {
+        let stage = (BM + self.bn as usize) * BK * 2;
+        // 1 KiB to align the first stage, then two mbarriers per stage.
+        1024 + self.stages as usize * (stage + 16)
+    }
+}
+
+/// The tilings the engine tunes over: wide tiles for large problems, narrow ones so that
+/// mid-sized problems still fill the GPU.
+pub const WGMMA_TILINGS: [WgmmaTiling; 2] = [
+    WgmmaTiling { bn: 256, stages: 4 },
+    WgmmaTiling { bn: 128, stages: 6 },
+];
+
+/// Element type of the 16-bit operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Half {
+    F16,
+    Bf16,
+}
+
+/// Everything that changes the generated source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct KernelConfig {
+    tiling: WgmmaTiling,
+    half: Half,
+    /// `w` stored `[n, k]` (K-major operand B) instead of `[k, n]`.
+    b_k_major: bool,
+}
+
+impl KernelConfig {
+    /// The CUDA source: macros for this configuration, the generated wgmma wrapper, the kernel.
+    fn source(&self) -> String {
+        let (elem, elem2, pack, to_f32, ptx) = match self.half {
+            Half::Bf16 => (
+                "__nv_bfloat16",
+                "__nv_bfloat162",
+                "__floats2bfloat162_rn",
+                "__bfloat162float",
+                "bf16",
+            ),
+            Half::F16 => (
+                "__half",
+                "__half2",
+                "__floats2half2_rn",
+                "__half2float",
+                "f16",
+            ),
+        };
+        let bn = self.tiling.bn;
+        let mut src = String::from(
+            "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n\
+             typedef unsigned int u32;\ntypedef unsigned long long u64;\n\
+             typedef struct CUtensorMap_st { alignas(64) unsigned long long int opaque[16]; } CUtensorMap;\n",
+        );
+        let _ = writeln!(src, "#define ELEM {elem}\n#define ELEM2 {elem2}");
+        let _ = writeln!(src, "#define PACK2 {pack}\n#define TO_F32 {to_f32}");
+        let _ = writeln!(
+            src,
+            "#define BN {bn}\n#define STAGES {}",
+            self.tiling.stages
+        );
+        let _ = writeln!(src, "#define B_K_MAJOR {}", self.b_k_major as u32);
+        src.push_str(&wgmma_step(bn, ptx, !self.b_k_major));
+        src.push_str(KERNEL_SOURCE);
+        src
+    }
+}
+
+/// `d += A·B` for one k16 step of an m64n`bn` tile: the inline-PTX wrapper, one `"+f"` operand
+/// per accumulator register.
+fn wgmma_step(bn: u32, ptx_type: &str, transpose_b: bool) -> String {
+    let regs = bn / 2;
+    let outs = (0..regs)
+        .map(|i| format!("%{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let operands = (0..regs)
+        .map(|i| format!("\"+f\"(d[{i}])"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "__device__ __forceinline__ void wgmma_step(float (&d)[{regs}], u64 desc_a, u64 desc_b) {{\n\
+         asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{scale}, 0; \
+         wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ptx_type}.{ptx_type} \
+         {{{outs}}}, %{regs}, %{b}, p, 1, 1, 0, {trans}; }}\"\n\
+         : {operands}\n\
+         : \"l\"(desc_a), \"l\"(desc_b), \"r\"(1));\n}}\n",
+        b = regs + 1,
+        scale = regs + 2,
+        trans = transpose_b as u32,
+    )
+}
+
+/// Hands CubeCL the hand-written source instead of compiling a `#[cube]` function.
+struct WgmmaTask {
+    config: KernelConfig,
+}
+
+impl KernelMetadata for WgmmaTask {
+    fn id(&self) -> KernelId {
+        KernelId::new::<Self>()
+            .info(self.config)
+            .cube_dim(CubeDim::new_1d(THREADS))
+    }
+
+    fn address_type(&self) -> StorageType {
+        DType::U32.into()
+    }
+}
+
+impl CubeTask<CudaCompiler> for WgmmaTask {
+    fn compile(
+        &self,
+        _compiler: &mut CudaCompiler,
+        _options: &<CudaCompiler as cubecl::Compiler>::CompilationOptions,
+        _mode: ExecutionMode,
+        _address_type: StorageType,
+    ) -> Result<CompiledKernel<CudaCompiler>, CompilationError> {
+        let cube_dim = CubeDim::new_1d(THREADS);
+        Ok(CompiledKernel {
+            entrypoint_name: ENTRY_POINT.to_string(),
+            debug_name: Some("hypatia::kernel::hopper::wgmma_linear"),
+            source: self.config.source(),
+            repr: Some(shared_memory_repr(
+                self.config.tiling.shared_bytes(),
+                cube_dim,
+            )),
+            cube_dim,
+            debug_info: None,
+        })
+    }
+}
+
+/// The runtime reads only the dynamic shared-memory size from the compiled representation.
+fn shared_memory_repr(bytes: usize, cube_dim: CubeDim) -> CudaComputeKernel {
+    let address_type = Item::scalar(Elem::U32, true);
+    CudaComputeKernel {
+        tensor_maps: Vec::new(),
+        buffers: Vec::new(),
+        scalars: Vec::new(),
+        info: Default::default(),
+        meta_static_len: 0,
+        body: Body {
+            instructions: Vec::new(),
+            shared_memories: vec![SharedMemory::Array {
+                index: 0,
+                item: Item::scalar(Elem::U8, true),
+                length: bytes,
+                align: 1024,
+                offset: 0,
+            }],
+            pipelines: Vec::new(),
+            barriers: Vec::new(),
+            const_arrays: Vec::new(),
+            local_arrays: Vec::new(),
+            info_by_ptr: false,
+            has_dynamic_meta: false,
+            address_type,
+        },
+        cube_dim,
+        cluster_dim: None,
+        extensions: Vec::new(),
+        flags: Flags::default(),
+        items: HashSet::new(),
+        kernel_name: ENTRY_POINT.to_string(),
+    }
+}
+
+/// Whether the device runs `sm_90a` code (Hopper: TMA without Blackwell's additions).
+pub fn supported<R: Runtime>(client: &ComputeClient<R>) -> bool {
+    let tma = &client.properties().features.tma;
+    tma.contains(Tma::Base) && !tma.contains(Tma::Im2colWide)
+}
+
+fn tensor_map<R: CubeRuntime>(
+    tensor: &CubeTensor<R>,
+    rows: usize,
+    cols: usize,
+    tile: [usize; 2],
+) -> TensorMapBinding {
+    TensorMapBinding {
+        binding: tensor.handle.clone().binding(),
+        map: TensorMapMeta {
+            format: TensorMapFormat::Tiled(TiledArgs {
+                tile_size: tile.to_vec().into(),
+            }),
+            metadata: Metadata::new(vec![rows, cols], vec![cols, 1]),
+            elem_stride: vec![1, 1].into(),
+            interleave: TensorMapInterleave::None,
+            swizzle: TensorMapSwizzle::B128,
+            prefetch: TensorMapPrefetch::B256,
+            oob_fill: OobFill::Zero,
+            storage_ty: tensor.dtype.into(),
+        },
+    }
+}
+
+/// Runs `args` with `tiling`, or says why this kernel does not apply (nothing launched then).
+pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Result<(), String> {
+    let client = &args.x.client;
+    if !supported(client) {
+        return Err("needs an sm_90 device".into());
+    }
+    let half = match args.x.dtype {
+        DType::BF16 => Half::Bf16,
+        DType::F16 => Half::F16,
+        other => return Err(format!("{other:?} has no 16-bit wgmma")),
+    };
+    let x_shape = args.x.meta.shape();
+    let (w_shape, w_strides) = (args.w.meta.shape(), args.w.meta.strides());
+    let k = x_shape[x_shape.len() - 1];
+    let m: usize = x_shape[..x_shape.len() - 1].iter().product();
+    let rank = w_shape.len();
+    let n = w_shape[rank - 1];
+    if w_shape[..rank - 2].iter().any(|&d| d != 1) {
+        return Err("batched weight".into());
+    }
+    if !is_contiguous(x_shape, args.x.meta.strides()) {
+        return Err("x is not row-major".into());
+    }
+    let b_k_major = match (w_strides[rank - 2], w_strides[rank - 1]) {
+        (s, 1) if s == n => false,
+        (1, s) if s == k => true,
+        _ => return Err("w is neither [k, n] nor [n, k] contiguous".into()),
+    };
+    if k == 0 || !k.is_multiple_of(8) || !n.is_multiple_of(8) {
+        return Err(format!("k = {k} and n = {n} must be multiples of 8"));
+    }
+    if !is_aligned(&args.x) || !is_aligned(&args.w) {
+        return Err("operands not 16-byte aligned".into());
+    }
+    if let Some(bias) = &args.bias
+        && bias.meta.strides().last() != Some(&1)
+    {
+        return Err("bias is strided".into());
+    }
+    let (tiles_n, tiles_m) = (n.div_ceil(tiling.bn as usize), m.div_ceil(BM));
+    if tiles_m > 65_535 || m * n >= u32::MAX as usize {
+        return Err("too many rows for one launch".into());
+    }
+
+    let config = KernelConfig {
+        tiling,
+        half,
+        b_k_major,
+    };
+    let bn = tiling.bn as usize;
+    let mut kernel_args = KernelArguments::new();
+    kernel_args
+        .tensor_maps
+        .push(tensor_map(&args.x, m, k, [BM, BK]));
+    kernel_args.tensor_maps.push(if b_k_major {
+        tensor_map(&args.w, n, k, [bn, BK])
+    } else {
+        tensor_map(&args.w, k, n, [BK, 64])
+    });
+    let out = args.out.handle.clone();
+    kernel_args.buffers = vec![
+        out.clone().binding(),
+        args.bias
+            .as_ref()
+            .map_or(out.clone(), |b| b.handle.clone())
+            .binding(),
+        args.pre
+            .as_ref()
+            .map_or(out, |p| p.handle.clone())
+            .binding(),
+    ];
+    let flags = args.bias.is_some() as u64
+        | (args.pre.is_some() as u64) << 1
+        | (matches!(args.epilogue, Epilogue::Relu) as u64) << 2;
+    // `Params { m, n, k, flags }` as four u32, passed by value (no dynamic metadata).
+    let data = vec![m as u64 | (n as u64) << 32, k as u64 | flags << 32];
+    kernel_args.info = MetadataBindingInfo::new(data, 2);
+
+    let task: Box<dyn CubeTask<CudaCompiler>> = Box::new(WgmmaTask { config });
+    let kernel = (Box::new(task) as Box<dyn Any>)
+        .downcast::<<R::Server as ComputeServer>::Kernel>()
+        .map_err(|_| "not the CUDA runtime".to_string())?;
+    client.launch(
+        *kernel,
+        CubeCount::Static(tiles_n as u32, tiles_m as u32, 1),
+        kernel_args,
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_has_one_operand_per_accumulator() {
+        let config = KernelConfig {
+            tiling: WGMMA_TILINGS[0],
+            half: Half::Bf16,
+            b_k_major: false,
+        };
+        let source = config.source();
+        assert!(source.contains("m64n256k16.f32.bf16.bf16"));
+        assert!(source.contains("\"+f\"(d[127])") && !source.contains("\"+f\"(d[128])"));
+        assert!(
+            source.contains("p, 1, 1, 0, 1;"),
+            "w [k, n] is operand B transposed"
+        );
+        assert!(source.contains("#define B_K_MAJOR 0"));
+    }
+
+    #[test]
+    fn shared_memory_fits_a_hopper_sm() {
+        for tiling in WGMMA_TILINGS {
+            assert!(tiling.shared_bytes() <= 227 * 1024, "{tiling:?}");
+        }
+    }
+}

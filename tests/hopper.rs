@@ -1,0 +1,322 @@
+//! The Hopper `wgmma` kernel against a float64 host reference, on raw device buffers (no Burn
+//! tensors, so no default-dtype lock): every tiling, bf16 and f16, odd and tile-sized shapes,
+//! k tails and pipeline wrap-around, rank-3 input, transposed weight, NaN/±Inf, poisoned
+//! outputs. Built with `--features cuda`; on a device without `sm_90` it checks nothing and
+//! says so.
+#![cfg(feature = "cuda")]
+
+use burn::backend::cuda::CudaDevice;
+use burn_backend::DType;
+use burn_cubecl::tensor::CubeTensor;
+use burn_std::{Metadata, Shape, Strides};
+use cubecl::cuda::CudaRuntime;
+use cubecl::prelude::*;
+use half::{bf16, f16};
+use hypatia::kernel::Epilogue;
+use hypatia::kernel::hopper::{WGMMA_TILINGS, WgmmaTiling, launch, supported};
+use hypatia::kernel::tensor_core::LinearArgs;
+
+/// One problem: `x` of shape `lead ++ [m, k]`, `w` `[k, n]`.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    lead: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    transpose_w: bool,
+    bias: bool,
+    pre: bool,
+    specials: bool,
+}
+
+const fn case(m: usize, k: usize, n: usize) -> Case {
+    Case {
+        lead: 1,
+        m,
+        k,
+        n,
+        transpose_w: false,
+        bias: true,
+        pre: true,
+        specials: false,
+    }
+}
+
+const CASES: [Case; 8] = [
+    case(128, 64, 256),
+    Case {
+        bias: false,
+        pre: false,
+        ..case(1, 8, 8)
+    },
+    Case {
+        specials: true,
+        ..case(17, 72, 40)
+    },
+    Case {
+        transpose_w: true,
+        pre: false,
+        ..case(300, 1000, 264)
+    },
+    Case {
+        lead: 2,
+        ..case(9, 64, 136)
+    },
+    case(1024, 512, 1024),
+    Case {
+        transpose_w: true,
+        specials: true,
+        ..case(260, 4096, 520)
+    },
+    Case {
+        bias: false,
+        ..case(65, 136, 8)
+    },
+];
+
+/// A 16-bit float format: rounding from f64, bits, and back.
+trait Half: Copy {
+    const DTYPE: DType;
+    /// ‖out − ref‖ / ‖ref‖ the issue allows.
+    const TOLERANCE: f64;
+    fn round(v: f64) -> u16;
+    fn value(bits: u16) -> f64;
+}
+
+impl Half for bf16 {
+    const DTYPE: DType = DType::BF16;
+    const TOLERANCE: f64 = 1e-2;
+    fn round(v: f64) -> u16 {
+        bf16::from_f64(v).to_bits()
+    }
+    fn value(bits: u16) -> f64 {
+        bf16::from_bits(bits).to_f64()
+    }
+}
+
+impl Half for f16 {
+    const DTYPE: DType = DType::F16;
+    const TOLERANCE: f64 = 2e-3;
+    fn round(v: f64) -> u16 {
+        f16::from_f64(v).to_bits()
+    }
+    fn value(bits: u16) -> f64 {
+        f16::from_bits(bits).to_f64()
+    }
+}
+
+/// Deterministic values in [-1, 1).
+fn values(len: usize, seed: u64) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+struct Device {
+    client: ComputeClient<CudaRuntime>,
+    device: CudaDevice,
+}
+
+impl Device {
+    fn upload<H: Half>(
+        &self,
+        bits: &[u16],
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+    ) -> CubeTensor<CudaRuntime> {
+        let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
+        CubeTensor::new(
+            self.client.clone(),
+            self.client.create_from_slice(&bytes),
+            Metadata::new(Shape::from(shape), Strides::new(&strides)),
+            self.device.clone(),
+            H::DTYPE,
+        )
+    }
+
+    fn download(&self, tensor: &CubeTensor<CudaRuntime>) -> Vec<u16> {
+        let bytes = self
+            .client
+            .read_one(tensor.handle.clone())
+            .expect("the kernel ran without a device error");
+        bytes
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect()
+    }
+}
+
+fn contiguous(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for i in (0..shape.len() - 1).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// Runs one case on one tiling; returns a description of the first failure.
+fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String> {
+    let rows = c.lead * c.m;
+    let round = |v: &[f64]| v.iter().map(|&v| H::round(v)).collect::<Vec<u16>>();
+    let mut x = values(rows * c.k, 1 + c.k as u64);
+    if c.specials {
+        x[c.k + 3] = f64::NAN;
+        x[5 * c.k + 1] = f64::INFINITY;
+        x[7 * c.k + 2] = f64::NEG_INFINITY;
+    }
+    let w = values(c.k * c.n, 2 + c.n as u64);
+    let b = values(c.n, 3);
+    let (xb, wb, bb) = (round(&x), round(&w), round(&b));
+    let (x, w, b): (Vec<f64>, Vec<f64>, Vec<f64>) = (
+        xb.iter().map(|&v| H::value(v)).collect(),
+        wb.iter().map(|&v| H::value(v)).collect(),
+        bb.iter().map(|&v| H::value(v)).collect(),
+    );
+
+    let out_shape = if c.lead > 1 {
+        vec![c.lead, c.m, c.n]
+    } else {
+        vec![c.m, c.n]
+    };
+    let mut x_shape = out_shape.clone();
+    *x_shape.last_mut().unwrap() = c.k;
+    let rank = out_shape.len();
+    let mut w_shape = vec![1; rank - 2];
+    w_shape.extend([c.k, c.n]);
+    let (w_bits, mut w_strides) = if c.transpose_w {
+        let mut t = vec![0u16; c.k * c.n];
+        for k in 0..c.k {
+            for n in 0..c.n {
+                t[n * c.k + k] = wb[k * c.n + n];
+            }
+        }
+        (t, vec![1, c.k])
+    } else {
+        (wb.clone(), vec![c.n, 1])
+    };
+    let mut lead_strides = vec![0; rank - 2];
+    lead_strides.append(&mut w_strides);
+    // Poison: NaN everywhere the kernel must write.
+    let poison = vec![0x7FC1u16; rows * c.n];
+    let out_strides = contiguous(&out_shape);
+    let args = LinearArgs {
+        x: dev.upload::<H>(&xb, x_shape.clone(), contiguous(&x_shape)),
+        w: dev.upload::<H>(&w_bits, w_shape, lead_strides),
+        bias: c.bias.then(|| dev.upload::<H>(&bb, vec![c.n], vec![1])),
+        out: dev.upload::<H>(&poison, out_shape.clone(), out_strides.clone()),
+        pre: c
+            .pre
+            .then(|| dev.upload::<H>(&poison, out_shape.clone(), out_strides.clone())),
+        epilogue: Epilogue::Relu,
+    };
+    launch(tiling, &args)?;
+
+    let mut pre_ref = vec![0.0f64; rows * c.n];
+    for i in 0..rows {
+        for j in 0..c.n {
+            let dot: f64 = (0..c.k).map(|k| x[i * c.k + k] * w[k * c.n + j]).sum();
+            pre_ref[i * c.n + j] = dot + if c.bias { b[j] } else { 0.0 };
+        }
+    }
+    let out_ref: Vec<f64> = pre_ref
+        .iter()
+        .map(|&v| if v <= 0.0 { 0.0 } else { v })
+        .collect();
+    compare::<H>("out", &dev.download(&args.out), &out_ref)?;
+    if let Some(pre) = &args.pre {
+        compare::<H>("pre", &dev.download(pre), &pre_ref)?;
+    }
+    Ok(())
+}
+
+/// Same NaN/±Inf positions, and the finite values within the dtype's relative error.
+fn compare<H: Half>(what: &str, got: &[u16], reference: &[f64]) -> Result<(), String> {
+    let (mut err, mut norm) = (0.0f64, 0.0f64);
+    for (i, (&bits, &r)) in got.iter().zip(reference).enumerate() {
+        let g = H::value(bits);
+        let same_class = (g.is_nan() && r.is_nan())
+            || (g.is_infinite() && g == r)
+            || (g.is_finite() && r.is_finite());
+        if !same_class {
+            return Err(format!("{what}[{i}] = {g}, reference {r}"));
+        }
+        if r.is_finite() {
+            err += (g - r) * (g - r);
+            norm += r * r;
+        }
+    }
+    let rel = err.sqrt() / norm.sqrt().max(f64::MIN_POSITIVE);
+    if rel > H::TOLERANCE {
+        return Err(format!(
+            "{what}: relative error {rel:.2e} > {:.0e}",
+            H::TOLERANCE
+        ));
+    }
+    Ok(())
+}
+
+fn check_all<H: Half>(dev: &Device) {
+    let mut failures = Vec::new();
+    for tiling in WGMMA_TILINGS {
+        for c in CASES {
+            if let Err(e) = run::<H>(dev, tiling, c) {
+                failures.push(format!("{:?} {}: {c:?}: {e}", H::DTYPE, tiling.name()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn wgmma_linear_matches_f64_reference() {
+    let device = CudaDevice::default();
+    let dev = Device {
+        client: CudaRuntime::client(&device),
+        device,
+    };
+    if !supported(&dev.client) {
+        eprintln!("no sm_90 device: the wgmma kernel is not exercised here");
+        return;
+    }
+    check_all::<bf16>(&dev);
+    check_all::<f16>(&dev);
+}
+
+#[test]
+fn wgmma_declines_what_it_cannot_run() {
+    let device = CudaDevice::default();
+    let dev = Device {
+        client: CudaRuntime::client(&device),
+        device,
+    };
+    if !supported(&dev.client) {
+        eprintln!("no sm_90 device: the wgmma kernel is not exercised here");
+        return;
+    }
+    let Case { m, k, n, .. } = case(16, 12, 16);
+    let bits = vec![0u16; m * k.max(n) * k.max(n)];
+    let args = LinearArgs {
+        x: dev.upload::<bf16>(&bits[..m * k], vec![m, k], vec![k, 1]),
+        w: dev.upload::<bf16>(&bits[..k * n], vec![k, n], vec![n, 1]),
+        bias: None,
+        out: dev.upload::<bf16>(&bits[..m * n], vec![m, n], vec![n, 1]),
+        pre: None,
+        epilogue: Epilogue::Relu,
+    };
+    let err = launch(WGMMA_TILINGS[0], &args).unwrap_err();
+    assert!(err.contains("multiples of 8"), "{err}");
+    let f32_args = LinearArgs {
+        x: CubeTensor {
+            dtype: DType::F32,
+            ..args.x.clone()
+        },
+        ..args
+    };
+    assert!(launch(WGMMA_TILINGS[0], &f32_args).is_err());
+}
