@@ -50,6 +50,10 @@ struct Args {
     /// Timed batches (the median is reported).
     #[arg(long, default_value_t = 20)]
     runs: usize,
+    /// Also time Hypatia forced onto these tensor-core engine candidates, comma separated
+    /// (e.g. `wgmma 128x256 s4 g1,wgmma 128x256 s4 g16 persistent`): one line each.
+    #[arg(long, default_value = "")]
+    candidates: String,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -111,6 +115,9 @@ struct Row {
     burn_tflops: f64,
     /// How Hypatia ran the step: `tiled`, `tensor-core: <candidate>` or `split`.
     path: String,
+    /// Milliseconds of Hypatia forced onto each `--candidates` entry.
+    #[serde(default)]
+    candidates: Vec<(String, f64)>,
 }
 
 fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
@@ -154,6 +161,20 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         })
         .collect::<Vec<_>>()
         .join("+");
+        let mut candidates = Vec::new();
+        for name in args.candidates.split(',').filter(|c| !c.is_empty()) {
+            hypatia::kernel::tensor_core::force_candidate(Some(name));
+            let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args);
+            hypatia::kernel::tensor_core::force_candidate(None);
+            let ran = hypatia::kernel::tensor_core::last_candidate::<Runtime>().unwrap_or_default();
+            let note = if ran == name {
+                String::new()
+            } else {
+                format!(" (declined: ran {ran})")
+            };
+            println!("  {shape:<16} {dtype:>5} {ms:>10.4}  {name}{note}");
+            candidates.push((name.to_string(), ms));
+        }
         let burn = time::<PlainOf<F>>(m, k, n, args);
         let cube = time::<Bare<F>>(m, k, n, args);
         let tflops = |ms: f64| 2.0 * (m * k * n) as f64 / (ms * 1e-3) / 1e12;
@@ -174,6 +195,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             hypatia_tflops: tflops(hypatia),
             burn_tflops: tflops(burn),
             path,
+            candidates,
         });
     }
 }
@@ -192,6 +214,7 @@ fn run_child(args: &Args, dtype: &str) -> Vec<Row> {
             "--runs",
             &args.runs.to_string(),
         ])
+        .args(["--candidates", &args.candidates])
         .arg("--json")
         .arg(&json)
         .status()

@@ -27,6 +27,8 @@ struct Case {
     bias: bool,
     pre: bool,
     specials: bool,
+    /// Elements of padding after each row of `x` (a pitched allocation).
+    x_pad: usize,
 }
 
 const fn case(m: usize, k: usize, n: usize) -> Case {
@@ -39,10 +41,16 @@ const fn case(m: usize, k: usize, n: usize) -> Case {
         bias: true,
         pre: true,
         specials: false,
+        x_pad: 0,
     }
 }
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
+    Case {
+        x_pad: 24,
+        lead: 2,
+        ..case(70, 200, 96)
+    },
     case(128, 64, 256),
     Case {
         bias: false,
@@ -205,8 +213,19 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
     // Poison: NaN everywhere the kernel must write.
     let poison = vec![0x7FC1u16; rows * c.n];
     let out_strides = contiguous(&out_shape);
+    // x's rows `pitch` elements apart, the padding poisoned.
+    let pitch = c.k + c.x_pad;
+    let mut x_pitched = vec![0x7FC1u16; rows * pitch];
+    for r in 0..rows {
+        x_pitched[r * pitch..r * pitch + c.k].copy_from_slice(&xb[r * c.k..(r + 1) * c.k]);
+    }
+    let x_strides: Vec<usize> = contiguous(&x_shape)
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| if i + 1 < rank { s / c.k * pitch } else { s })
+        .collect();
     let args = LinearArgs {
-        x: dev.upload::<H>(&xb, x_shape.clone(), contiguous(&x_shape)),
+        x: dev.upload::<H>(&x_pitched, x_shape.clone(), x_strides),
         w: dev.upload::<H>(&w_bits, w_shape, lead_strides),
         bias: c.bias.then(|| dev.upload::<H>(&bb, vec![c.n], vec![1])),
         out: dev.upload::<H>(&poison, out_shape.clone(), out_strides.clone()),

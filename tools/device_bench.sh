@@ -1,12 +1,13 @@
 #!/bin/bash
-# One device call for issue 3: the Linear+ReLU benchmark for one dtype (DTYPE=bf16|f16|f32) and
+# One device call for issue 3: the Linear+ReLU benchmark for one dtype (DTYPE=bf16|f16|f32;
+# SHAPES and CANDIDATES as bench_linear's --shapes and --candidates) and
 # PyTorch beside it (f32 with TF32, as Burn's f32 matmul uses). Tests: device_tests.sh.
 # Run from the repo root on the device machine, with the binaries packed in .device/bins.tgz.
 set -u
 DTYPE=${DTYPE:-bf16}
 cd .device && tar xzf bins.tgz
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
-./bench_linear --dtypes $DTYPE --json $OUT/bench_$DTYPE.json > $OUT/bench_$DTYPE.txt 2> $OUT/bench_$DTYPE.err
+./bench_linear --dtypes $DTYPE --shapes "${SHAPES:-256x256x512,1024x784x2048,2048x2048x2048,8192x1024x4096,8192x4096x1024,8192x4096x4096,16384x8192x8192}" --candidates "${CANDIDATES:-}" --json $OUT/bench_$DTYPE.json > $OUT/bench_$DTYPE.txt 2> $OUT/bench_$DTYPE.err
 TF32=$([ "$DTYPE" = f32 ] && echo --tf32)
 python3 torch_ref.py linear --dtypes $DTYPE $TF32 > $OUT/torch_$DTYPE.txt 2>&1
 grep -v "^json" $OUT/torch_$DTYPE.txt | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'

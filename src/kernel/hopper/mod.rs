@@ -17,7 +17,7 @@
 //! bias. Anything else is declined with a reason and another candidate runs.
 
 use super::Epilogue;
-use super::tensor_core::{LinearArgs, is_aligned, is_contiguous};
+use super::tensor_core::{LinearArgs, is_aligned};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
@@ -44,34 +44,73 @@ const BK: usize = 64;
 /// Producer warpgroup + two consumer warpgroups.
 const THREADS: u32 = 384;
 
-/// One shape of the kernel: CTA tile width and pipeline depth.
+/// One shape of the kernel: CTA tile width, pipeline depth, tile order and grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WgmmaTiling {
-    /// Columns per CTA (the wgmma instruction is m64n`bn`k16).
+    /// Columns per CTA tile (the wgmma instruction is m64n`bn`k16).
     pub bn: u32,
     /// Shared-memory stages in flight.
     pub stages: u32,
+    /// Tiles walked down m before moving along n (1: row by row).
+    pub group_m: u32,
+    /// One CTA per SM looping over tiles (the next tile loads during the epilogue), instead
+    /// of one CTA per tile.
+    pub persistent: bool,
+    /// Store the activation through shared memory with TMA (coalesced, asynchronous) instead
+    /// of from registers.
+    pub tma_store: bool,
 }
 
 impl WgmmaTiling {
-    /// A short name, e.g. `wgmma 128x256 s4`.
+    /// A short name, e.g. `wgmma 128x256 s4 g16 persistent`.
     pub fn name(&self) -> String {
-        format!("wgmma {BM}x{} s{}", self.bn, self.stages)
+        format!(
+            "wgmma {BM}x{} s{} g{}{}{}",
+            self.bn,
+            self.stages,
+            self.group_m,
+            if self.persistent { " persistent" } else { "" },
+            if self.tma_store { " tma-store" } else { "" }
+        )
     }
 
     fn shared_bytes(&self) -> usize {
         let stage = (BM + self.bn as usize) * BK * 2;
+        // Two consumers' 64-row output tiles.
+        let staging = if self.tma_store {
+            2 * 64 * self.bn as usize * 2
+        } else {
+            0
+        };
         // 1 KiB to align the first stage, then two mbarriers per stage.
-        1024 + self.stages as usize * (stage + 16)
+        1024 + self.stages as usize * (stage + 16) + staging
     }
 }
 
 /// The tilings the engine tunes over: wide tiles for large problems, narrow ones so that
 /// mid-sized problems still fill the GPU.
-pub const WGMMA_TILINGS: [WgmmaTiling; 2] = [
-    WgmmaTiling { bn: 256, stages: 4 },
-    WgmmaTiling { bn: 128, stages: 6 },
+/// (TMA-store variants exist in the kernel but stay out of the list until measured on a GPU.)
+pub const WGMMA_TILINGS: [WgmmaTiling; 3] = [
+    tiling(256, 4, 16, true, false),
+    tiling(256, 4, 1, false, false),
+    tiling(128, 6, 16, true, false),
 ];
+
+const fn tiling(
+    bn: u32,
+    stages: u32,
+    group_m: u32,
+    persistent: bool,
+    tma_store: bool,
+) -> WgmmaTiling {
+    WgmmaTiling {
+        bn,
+        stages,
+        group_m,
+        persistent,
+        tma_store,
+    }
+}
 
 /// Element type of the 16-bit operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -121,7 +160,9 @@ impl KernelConfig {
             "#define BN {bn}\n#define STAGES {}",
             self.tiling.stages
         );
+        let _ = writeln!(src, "#define GROUP_M {}", self.tiling.group_m);
         let _ = writeln!(src, "#define B_K_MAJOR {}", self.b_k_major as u32);
+        let _ = writeln!(src, "#define TMA_STORE {}", self.tiling.tma_store as u32);
         src.push_str(&wgmma_step(bn, ptx, !self.b_k_major));
         src.push_str(KERNEL_SOURCE);
         src
@@ -234,10 +275,10 @@ pub fn supported<R: Runtime>(client: &ComputeClient<R>) -> bool {
     tma.contains(Tma::Base) && !tma.contains(Tma::Im2colWide)
 }
 
+/// A TMA map of `tensor` as a `rows × cols` matrix whose rows are `pitch` elements apart.
 fn tensor_map<R: CubeRuntime>(
     tensor: &CubeTensor<R>,
-    rows: usize,
-    cols: usize,
+    [rows, cols, pitch]: [usize; 3],
     tile: [usize; 2],
 ) -> TensorMapBinding {
     TensorMapBinding {
@@ -246,7 +287,7 @@ fn tensor_map<R: CubeRuntime>(
             format: TensorMapFormat::Tiled(TiledArgs {
                 tile_size: tile.to_vec().into(),
             }),
-            metadata: Metadata::new(vec![rows, cols], vec![cols, 1]),
+            metadata: Metadata::new(vec![rows, cols], vec![pitch, 1]),
             elem_stride: vec![1, 1].into(),
             interleave: TensorMapInterleave::None,
             swizzle: TensorMapSwizzle::B128,
@@ -255,6 +296,28 @@ fn tensor_map<R: CubeRuntime>(
             storage_ty: tensor.dtype.into(),
         },
     }
+}
+
+/// The distance between consecutive rows of `x` viewed as a `[rows, k]` matrix (leading dims
+/// flattened): `None` unless `k` is unit-stride and the leading dims nest over the rows.
+fn row_pitch(shape: &[usize], strides: &[usize]) -> Option<usize> {
+    let r = shape.len();
+    if shape[r - 1] > 1 && strides[r - 1] != 1 {
+        return None;
+    }
+    let pitch = match shape[r - 2] {
+        1 => shape[r - 1],
+        _ if strides[r - 2] < shape[r - 1] => return None,
+        _ => strides[r - 2],
+    };
+    let mut expected = pitch * shape[r - 2];
+    for i in (0..r - 2).rev() {
+        if shape[i] > 1 && strides[i] != expected {
+            return None;
+        }
+        expected *= shape[i];
+    }
+    Some(pitch)
 }
 
 /// Runs `args` with `tiling`, or says why this kernel does not apply (nothing launched then).
@@ -277,18 +340,20 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if w_shape[..rank - 2].iter().any(|&d| d != 1) {
         return Err("batched weight".into());
     }
-    if !is_contiguous(x_shape, args.x.meta.strides()) {
-        return Err("x is not row-major".into());
-    }
-    let b_k_major = match (w_strides[rank - 2], w_strides[rank - 1]) {
-        (s, 1) if s == n => false,
-        (1, s) if s == k => true,
-        _ => return Err("w is neither [k, n] nor [n, k] contiguous".into()),
+    let x_pitch = row_pitch(x_shape, args.x.meta.strides()).ok_or("x rows are not a matrix")?;
+    // Rows may be padded (CubeCL pitches allocations): TMA takes any 16-byte row pitch.
+    let (b_k_major, w_pitch) = match (w_strides[rank - 2], w_strides[rank - 1]) {
+        (s, 1) if s >= n => (false, s),
+        (1, s) if s >= k => (true, s),
+        _ => return Err("w is neither [k, n] nor [n, k] with unit stride".into()),
     };
     if k == 0 || !k.is_multiple_of(8) || !n.is_multiple_of(8) {
         return Err(format!("k = {k} and n = {n} must be multiples of 8"));
     }
-    if !is_aligned(&args.x) || !is_aligned(&args.w) {
+    if !x_pitch.is_multiple_of(8) || !w_pitch.is_multiple_of(8) {
+        return Err("row pitch not a multiple of 16 bytes".into());
+    }
+    if !is_aligned(&args.x) || !is_aligned(&args.w) || !is_aligned(&args.out) {
         return Err("operands not 16-byte aligned".into());
     }
     if let Some(bias) = &args.bias
@@ -296,10 +361,21 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     {
         return Err("bias is strided".into());
     }
-    let (tiles_n, tiles_m) = (n.div_ceil(tiling.bn as usize), m.div_ceil(BM));
-    if tiles_m > 65_535 || m * n >= u32::MAX as usize {
-        return Err("too many rows for one launch".into());
+    if m * n >= u32::MAX as usize {
+        return Err("output larger than 32-bit indexing".into());
     }
+    // Persistent: one CTA per SM (fewer when there are fewer tiles).
+    let tiles = n.div_ceil(tiling.bn as usize) * m.div_ceil(BM);
+    let sms = client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .unwrap_or(132) as usize;
+    let ctas = if tiling.persistent {
+        tiles.min(sms)
+    } else {
+        tiles
+    };
 
     let config = KernelConfig {
         tiling,
@@ -310,15 +386,17 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     let mut kernel_args = KernelArguments::new();
     kernel_args
         .tensor_maps
-        .push(tensor_map(&args.x, m, k, [BM, BK]));
+        .push(tensor_map(&args.x, [m, k, x_pitch], [BM, BK]));
     kernel_args.tensor_maps.push(if b_k_major {
-        tensor_map(&args.w, n, k, [bn, BK])
+        tensor_map(&args.w, [n, k, w_pitch], [bn, BK])
     } else {
-        tensor_map(&args.w, k, n, [BK, 64])
+        tensor_map(&args.w, [k, n, w_pitch], [BK, 64])
     });
+    kernel_args
+        .tensor_maps
+        .push(tensor_map(&args.out, [m, n, n], [64, 64]));
     let out = args.out.handle.clone();
     kernel_args.buffers = vec![
-        out.clone().binding(),
         args.bias
             .as_ref()
             .map_or(out.clone(), |b| b.handle.clone())
@@ -339,11 +417,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     let kernel = (Box::new(task) as Box<dyn Any>)
         .downcast::<<R::Server as ComputeServer>::Kernel>()
         .map_err(|_| "not the CUDA runtime".to_string())?;
-    client.launch(
-        *kernel,
-        CubeCount::Static(tiles_n as u32, tiles_m as u32, 1),
-        kernel_args,
-    );
+    client.launch(*kernel, CubeCount::Static(ctas as u32, 1, 1), kernel_args);
     Ok(())
 }
 
@@ -366,6 +440,17 @@ mod tests {
             "w [k, n] is operand B transposed"
         );
         assert!(source.contains("#define B_K_MAJOR 0"));
+    }
+
+    #[test]
+    fn row_pitch_flattens_nested_leading_dims_only() {
+        assert_eq!(row_pitch(&[4, 8], &[8, 1]), Some(8));
+        assert_eq!(row_pitch(&[4, 8], &[16, 1]), Some(16), "pitched rows");
+        assert_eq!(row_pitch(&[2, 3, 8], &[48, 16, 1]), Some(16));
+        assert_eq!(row_pitch(&[2, 3, 8], &[64, 16, 1]), None, "batch gap");
+        assert_eq!(row_pitch(&[4, 8], &[1, 4]), None, "transposed");
+        assert_eq!(row_pitch(&[4, 8], &[4, 1]), None, "overlapping rows");
+        assert_eq!(row_pitch(&[3, 1, 8], &[8, 8, 1]), Some(8));
     }
 
     #[test]

@@ -1,17 +1,24 @@
 // Hypatia's Hopper kernel: out = act(x · w + bias) (and pre = x · w + bias) in one launch.
 //
-// One CTA computes a BM × BN tile with three warpgroups: warpgroup 0 is the producer (one thread
-// issues TMA loads into a STAGES-deep ring of shared-memory stages), warpgroups 1 and 2 are
-// consumers, each running `wgmma.mma_async` m64nBNk16 on 64 of the BM rows with f32
-// accumulators in registers, then the epilogue from those registers. Stages are handed over with
-// mbarriers: `full[s]` completes when TMA has landed stage s, `empty[s]` when both consumers are
-// done reading it.
+// Persistent: one CTA per SM walks BM × BN output tiles (grouped GROUP_M tiles along m, so a
+// wave's operands stay in L2) with three warpgroups: warpgroup 0 is the producer (one thread
+// issues TMA loads into a STAGES-deep ring of shared-memory stages that runs on across tiles,
+// so the next tile loads while this one's epilogue runs), warpgroups 1 and 2 are consumers,
+// each running `wgmma.mma_async` m64nBNk16 on 64 of the BM rows with f32 accumulators in
+// registers, then the epilogue from those registers. Stages are handed over with mbarriers:
+// `full[s]` completes when TMA has landed stage s, `empty[s]` when both consumers are done
+// reading it.
 //
 // Shared-memory layouts are the canonical 128-byte-swizzled wgmma layouts that TMA writes with
 // CU_TENSOR_MAP_SWIZZLE_128B: x as K-major [BM][64]; w either N-major (Burn's [K, N] weight,
 // BN/64 boxes of [64 k][64 n], transposed operand B) or K-major ([N, K] storage, one [BN][64] box).
 //
-// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, BN, STAGES, B_K_MAJOR and
+// With TMA_STORE, each consumer stages its activated 64 × BN tile in shared memory (swizzled
+// like TMA's 128-byte mode) and one thread stores it with TMA: coalesced, and asynchronous, so
+// the next tile's MMAs start while it drains. Without it, threads store from registers.
+//
+// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, BN, STAGES, GROUP_M,
+// B_K_MAJOR, TMA_STORE and
 // wgmma_step(d, desc_a, desc_b).
 
 #define BM 128
@@ -20,6 +27,7 @@
 #define A_STAGE_BYTES (BM * BK * 2)
 #define B_STAGE_BYTES (BN * BK * 2)
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
+#define C_BYTES (64 * BN * 2)
 
 struct Params {
     u32 m;
@@ -64,6 +72,12 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* map, u32
         :: "r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
 }
 
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+        :: "l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+
 // wgmma shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr & 0x3FFFF) >> 4)
@@ -88,9 +102,20 @@ __device__ __forceinline__ void wgmma_wait_0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
+// Tile `t` of a grouped raster: GROUP_M tiles down m, then the next column of n.
+__device__ __forceinline__ void tile_origin(u32 t, u32 tiles_m, u32 tiles_n, u32& m0, u32& n0) {
+    const u32 per_group = GROUP_M * tiles_n;
+    const u32 first_m = (t / per_group) * GROUP_M;
+    const u32 rows = min(tiles_m - first_m, (u32)GROUP_M);
+    const u32 in_group = t % per_group;
+    m0 = (first_m + in_group % rows) * BM;
+    n0 = (in_group / rows) * BN;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     const __grid_constant__ CUtensorMap tm_a,
     const __grid_constant__ CUtensorMap tm_b,
+    const __grid_constant__ CUtensorMap tm_c,
     const ELEM* __restrict__ a_ptr,
     const ELEM* __restrict__ b_ptr,
     ELEM* out,
@@ -101,13 +126,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     // The swizzle pattern is a function of address bits 4..9: stages start on 1024 bytes.
     const u32 raw = smem_addr(smem_raw);
     const u32 base = (raw + 1023u) & ~1023u;
-    const u32 full = base + STAGES * STAGE_BYTES;
+    const u32 c_base = base + STAGES * STAGE_BYTES;
+    const u32 full = c_base + (TMA_STORE ? 2 * C_BYTES : 0);
     const u32 empty = full + STAGES * 8;
 
     const u32 tid = threadIdx.x;
     const u32 wg = tid / 128;
-    const u32 m0 = blockIdx.y * BM;
-    const u32 n0 = blockIdx.x * BN;
+    const u32 tiles_m = (p.m + BM - 1) / BM;
+    const u32 tiles_n = (p.n + BN - 1) / BN;
+    const u32 tiles = tiles_m * tiles_n;
     const u32 k_tiles = (p.k + BK - 1) / BK;
 
     if (tid == 0) {
@@ -122,88 +149,109 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
-            for (u32 kt = 0; kt < k_tiles; ++kt) {
-                const u32 s = kt % STAGES;
-                if (kt >= STAGES) {
-                    mbar_wait(empty + s * 8, ((kt / STAGES) + 1) & 1);
-                }
-                const u32 sa = base + s * STAGE_BYTES;
-                const u32 sb = sa + A_STAGE_BYTES;
-                mbar_expect_tx(full + s * 8, STAGE_BYTES);
-                tma_load_2d(sa, &tm_a, full + s * 8, (int)(kt * BK), (int)m0);
+            // `it` counts k-steps over all of this CTA's tiles: the ring's position and phase.
+            u32 it = 0;
+            for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
+                u32 m0, n0;
+                tile_origin(t, tiles_m, tiles_n, m0, n0);
+                for (u32 kt = 0; kt < k_tiles; ++kt, ++it) {
+                    const u32 s = it % STAGES;
+                    if (it >= STAGES) {
+                        mbar_wait(empty + s * 8, ((it / STAGES) + 1) & 1);
+                    }
+                    const u32 sa = base + s * STAGE_BYTES;
+                    const u32 sb = sa + A_STAGE_BYTES;
+                    mbar_expect_tx(full + s * 8, STAGE_BYTES);
+                    tma_load_2d(sa, &tm_a, full + s * 8, (int)(kt * BK), (int)m0);
 #if B_K_MAJOR
-                tma_load_2d(sb, &tm_b, full + s * 8, (int)(kt * BK), (int)n0);
+                    tma_load_2d(sb, &tm_b, full + s * 8, (int)(kt * BK), (int)n0);
 #else
 #pragma unroll
-                for (u32 j = 0; j < BN / 64; ++j) {
-                    tma_load_2d(sb + j * (64 * BK * 2), &tm_b, full + s * 8, (int)(n0 + 64 * j),
-                                (int)(kt * BK));
+                    for (u32 j = 0; j < BN / 64; ++j) {
+                        tma_load_2d(sb + j * (64 * BK * 2), &tm_b, full + s * 8,
+                                    (int)(n0 + 64 * j), (int)(kt * BK));
+                    }
+#endif
                 }
-#endif
             }
         }
-        return;
-    }
-
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const u32 cw = wg - 1;
-    float d[BN / 2];
+    } else {
+        // One branch per warpgroup role, so that ptxas applies setmaxnreg.
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const u32 cw = wg - 1;
+        const u32 t128 = tid % 128;
+        const u32 warp = t128 / 32;
+        const u32 lane = t128 % 32;
+        const bool has_bias = (p.flags & 1u) != 0;
+        const bool write_pre = (p.flags & 2u) != 0;
+        const bool relu = (p.flags & 4u) != 0;
+        float d[BN / 2];
+        u32 it = 0;
+        for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
+            u32 m0, n0;
+            tile_origin(t, tiles_m, tiles_n, m0, n0);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) {
-        d[i] = 0.0f;
-    }
-    for (u32 kt = 0; kt < k_tiles; ++kt) {
-        const u32 s = kt % STAGES;
-        mbar_wait(full + s * 8, (kt / STAGES) & 1);
-        const u32 sa = base + s * STAGE_BYTES + cw * (64 * BK * 2);
-        const u32 sb = base + s * STAGE_BYTES + A_STAGE_BYTES;
-        wgmma_fence();
+            for (int i = 0; i < BN / 2; ++i) {
+                d[i] = 0.0f;
+            }
+            for (u32 kt = 0; kt < k_tiles; ++kt, ++it) {
+                const u32 s = it % STAGES;
+                mbar_wait(full + s * 8, (it / STAGES) & 1);
+                const u32 sa = base + s * STAGE_BYTES + cw * (64 * BK * 2);
+                const u32 sb = base + s * STAGE_BYTES + A_STAGE_BYTES;
+                wgmma_fence();
 #pragma unroll
-        for (u32 kk = 0; kk < BK / 16; ++kk) {
-            const u64 da = make_desc(sa + kk * 32, 16, 1024);
+                for (u32 kk = 0; kk < BK / 16; ++kk) {
+                    const u64 da = make_desc(sa + kk * 32, 16, 1024);
 #if B_K_MAJOR
-            const u64 db = make_desc(sb + kk * 32, 16, 1024);
+                    const u64 db = make_desc(sb + kk * 32, 16, 1024);
 #else
-            const u64 db = make_desc(sb + kk * (16 * 128), 64 * BK * 2, 1024);
+                    const u64 db = make_desc(sb + kk * (16 * 128), 64 * BK * 2, 1024);
 #endif
-            wgmma_step(d, da, db);
-        }
-        wgmma_commit();
-        // The previous stage's MMAs are done: hand its buffers back to the producer.
-        wgmma_wait_1();
-        if (kt > 0 && (tid % 128) == 0) {
-            mbar_arrive(empty + ((kt - 1) % STAGES) * 8);
-        }
-    }
-    wgmma_wait_0();
-
-    // Epilogue from the accumulators: thread (warp w, lane l) holds rows 16w + l/4 (+8) and,
-    // per 8 columns j, columns 8j + 2(l%4) (+1).
-    const u32 t = tid % 128;
-    const u32 warp = t / 32;
-    const u32 lane = t % 32;
-    const u32 row0 = m0 + cw * 64 + warp * 16 + lane / 4;
-    const bool has_bias = (p.flags & 1u) != 0;
-    const bool write_pre = (p.flags & 2u) != 0;
-    const bool relu = (p.flags & 4u) != 0;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const u32 col = n0 + j * 8 + (lane % 4) * 2;
-        if (col < p.n) {
-            float b0 = 0.0f;
-            float b1 = 0.0f;
-            if (has_bias) {
-                b0 = TO_F32(bias[col]);
-                b1 = TO_F32(bias[col + 1]);
+                    wgmma_step(d, da, db);
+                }
+                wgmma_commit();
+                // The previous stage's MMAs are done: hand its buffers back to the producer.
+                wgmma_wait_1();
+                if (kt > 0 && t128 == 0) {
+                    mbar_arrive(empty + ((it - 1) % STAGES) * 8);
+                }
             }
+            wgmma_wait_0();
+            if (t128 == 0) {
+                mbar_arrive(empty + ((it - 1) % STAGES) * 8);
+            }
+
+            // Epilogue from the accumulators: thread (warp w, lane l) holds rows 16w + l/4 (+8) and,
+            // per 8 columns j, columns 8j + 2(l%4) (+1).
+#if TMA_STORE
+            const u32 c_tile = c_base + cw * C_BYTES;
+            // The previous tile's store must have read the staging buffer before it is rewritten.
+            if (t128 == 0) {
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            }
+            asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
+#endif
+            const u32 row_local0 = warp * 16 + lane / 4;
+            const u32 row0 = m0 + cw * 64 + row_local0;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const u32 row = row0 + h * 8;
-                if (row < p.m) {
+            for (int j = 0; j < BN / 8; ++j) {
+                const u32 col_local = j * 8 + (lane % 4) * 2;
+                const u32 col = n0 + col_local;
+                float b0 = 0.0f;
+                float b1 = 0.0f;
+                if (has_bias && col < p.n) {
+                    b0 = TO_F32(bias[col]);
+                    b1 = TO_F32(bias[col + 1]);
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 row = row0 + h * 8;
+                    const bool inside = row < p.m && col < p.n;
                     float v0 = d[j * 4 + h * 2] + b0;
                     float v1 = d[j * 4 + h * 2 + 1] + b1;
                     const unsigned long long idx = (unsigned long long)row * p.n + col;
-                    if (write_pre) {
+                    if (write_pre && inside) {
                         *reinterpret_cast<ELEM2*>(pre + idx) = PACK2(v0, v1);
                     }
                     if (relu) {
@@ -211,9 +259,41 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                         v0 = v0 <= 0.0f ? 0.0f : v0;
                         v1 = v1 <= 0.0f ? 0.0f : v1;
                     }
-                    *reinterpret_cast<ELEM2*>(out + idx) = PACK2(v0, v1);
+                    ELEM2 packed = PACK2(v0, v1);
+#if TMA_STORE
+                    // Box col_local / 64 of [64 rows][128 bytes], 16-byte chunks XOR row % 8.
+                    const u32 r = row_local0 + h * 8;
+                    const u32 c = col_local % 64;
+                    const u32 addr = c_tile + (col_local / 64) * (64 * 128) + r * 128
+                        + (((c / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+                    asm volatile("st.shared.b32 [%0], %1;"
+                                 :: "r"(addr), "r"(*reinterpret_cast<u32*>(&packed)) : "memory");
+#else
+                    if (inside) {
+                        *reinterpret_cast<ELEM2*>(out + idx) = packed;
+                    }
+#endif
                 }
             }
+#if TMA_STORE
+            // Make the staged tile visible to the TMA unit, then one thread stores it (clipped to
+            // the tensor's bounds by TMA) and moves on without waiting.
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
+            if (t128 == 0) {
+#pragma unroll
+                for (u32 box = 0; box < BN / 64; ++box) {
+                    tma_store_2d(&tm_c, c_tile + box * (64 * 128), (int)(n0 + 64 * box),
+                                 (int)(m0 + cw * 64));
+                }
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }
+#endif
         }
+#if TMA_STORE
+        if (t128 == 0) {
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+#endif
     }
 }
