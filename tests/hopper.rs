@@ -132,6 +132,17 @@ struct Device {
 }
 
 impl Device {
+    /// The default CUDA device, if it runs the kernel (says so on stderr when it does not).
+    fn hopper() -> Option<Self> {
+        let device = CudaDevice::default();
+        let client = CudaRuntime::client(&device);
+        if !supported(&client) {
+            eprintln!("no sm_90 device: the wgmma kernel is not exercised here");
+            return None;
+        }
+        Some(Self { client, device })
+    }
+
     fn upload<H: Half>(
         &self,
         bits: &[u16],
@@ -294,30 +305,18 @@ fn check_all<H: Half>(dev: &Device) {
 
 #[test]
 fn wgmma_linear_matches_f64_reference() {
-    let device = CudaDevice::default();
-    let dev = Device {
-        client: CudaRuntime::client(&device),
-        device,
-    };
-    if !supported(&dev.client) {
-        eprintln!("no sm_90 device: the wgmma kernel is not exercised here");
+    let Some(dev) = Device::hopper() else {
         return;
-    }
+    };
     check_all::<bf16>(&dev);
     check_all::<f16>(&dev);
 }
 
 #[test]
 fn wgmma_declines_what_it_cannot_run() {
-    let device = CudaDevice::default();
-    let dev = Device {
-        client: CudaRuntime::client(&device),
-        device,
-    };
-    if !supported(&dev.client) {
-        eprintln!("no sm_90 device: the wgmma kernel is not exercised here");
+    let Some(dev) = Device::hopper() else {
         return;
-    }
+    };
     let Case { m, k, n, .. } = case(16, 12, 16);
     let bits = vec![0u16; m * k.max(n) * k.max(n)];
     let args = LinearArgs {
