@@ -2,6 +2,9 @@
 //! (no fusion), in one process. Medians of `--runs` timed batches of up to `--iters` launches
 //! (fewer for large problems), every output kept alive until `sync`, after a warm-up that lets
 //! autotune settle. Prints a table and, with `--json`, writes one record per shape and dtype.
+//! `engine` is Hypatia's engine called directly on `CubeBackend` buffers (no op stream);
+//! `host` is the time to hand one launch to the backend (Burn's stream may defer the work
+//! until `sync`, so it is a lower bound of the host's cost).
 //!
 //! ```text
 //! cargo run --release --features cuda --example bench_linear -- --dtypes bf16 --json out.json
@@ -61,12 +64,43 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median milliseconds of one Linear+ReLU on backend `B`.
-fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
-    // About 20 ms of work per timed batch at 100 TFLOP/s, at least one launch.
-    let iters = args
-        .iters
-        .min((2e12 / (2.0 * (m * k * n) as f64)).max(1.0) as usize);
+/// Medians over timed batches: wall time per launch until `sync`, and the host's share of it
+/// (time to enqueue a launch: when it is close to `ms`, the host, not the GPU, sets the pace).
+#[derive(Clone, Copy)]
+struct Timing {
+    ms: f64,
+    host_ms: f64,
+}
+
+/// Launches per timed batch: about 20 ms of work at 100 TFLOP/s, at least one.
+fn iters(m: usize, k: usize, n: usize, args: &Args) -> usize {
+    args.iters
+        .min((2e12 / (2.0 * (m * k * n) as f64)).max(1.0) as usize)
+}
+
+/// Times `step`, keeping every output alive until `sync` has returned.
+fn measure<O>(iters: usize, runs: usize, step: impl Fn() -> O, sync: impl Fn()) -> Timing {
+    let batch = || {
+        let start = Instant::now();
+        let outs: Vec<_> = (0..iters).map(|_| step()).collect();
+        let host = start.elapsed().as_secs_f64();
+        sync();
+        let elapsed = start.elapsed().as_secs_f64();
+        drop(outs);
+        (elapsed * 1e3 / iters as f64, host * 1e3 / iters as f64)
+    };
+    for _ in 0..3 {
+        batch();
+    }
+    let (ms, host): (Vec<f64>, Vec<f64>) = (0..runs).map(|_| batch()).unzip();
+    Timing {
+        ms: median(ms),
+        host_ms: median(host),
+    }
+}
+
+/// `x [m, k]`, `w [k, n]`, `b [n]` on backend `B`, with fixed pseudo-random values.
+fn inputs<B: Backend>(m: usize, k: usize, n: usize) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>) {
     let device = B::Device::default();
     let dtype = B::FloatElem::dtype();
     let rand = |shape: Vec<usize>, seed: u64| {
@@ -86,19 +120,45 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> f64 {
     assert_eq!(x.dtype(), dtype, "one float dtype per process (Burn 0.21)");
     let w = Tensor::<B, 2>::from_data(rand(vec![k, n], 2), &device);
     let b = Tensor::<B, 1>::from_data(rand(vec![n], 3), &device);
-    let step = || relu(x.clone().matmul(w.clone()) + b.clone().unsqueeze());
-    let batch = |iters: usize| {
-        let start = Instant::now();
-        let outs: Vec<_> = (0..iters).map(|_| step()).collect();
-        B::sync(&device).expect("sync");
-        let elapsed = start.elapsed().as_secs_f64() * 1e3 / iters as f64;
-        drop(outs);
-        elapsed
+    (x, w, b)
+}
+
+/// One Linear+ReLU on backend `B`, through Burn's tensor API.
+fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
+    let (x, w, b) = inputs::<B>(m, k, n);
+    let device = x.device();
+    measure(
+        iters(m, k, n, args),
+        args.runs,
+        || relu(x.clone().matmul(w.clone()) + b.clone().unsqueeze()),
+        || B::sync(&device).expect("sync"),
+    )
+}
+
+/// Hypatia's tensor-core engine called directly on `CubeBackend` buffers: the same kernels
+/// without Burn's op stream, so `hypatia - engine` is what the stream and the plan cost.
+fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
+    use hypatia::kernel::{Epilogue, Operand, check_linear, tensor_core::tensor_core_linear};
+    let (x, w, b) = inputs::<Bare<F>>(m, k, n);
+    let device = x.device();
+    let operand = |t: burn_cubecl::tensor::CubeTensor<Runtime>| Operand {
+        shape: t.meta.shape().to_vec(),
+        handle: t.into(),
     };
-    for _ in 0..3 {
-        batch(iters);
-    }
-    median((0..args.runs).map(|_| batch(iters)).collect())
+    let dtype = F::dtype();
+    let problem = check_linear((&[m, k], dtype), (&[k, n], dtype), Some((&[n], dtype)))
+        .expect("a linear the engine runs");
+    let (x, w, b) = (
+        operand(x.into_primitive().tensor()),
+        operand(w.into_primitive().tensor()),
+        operand(b.into_primitive().tensor()),
+    );
+    measure(
+        iters(m, k, n, args),
+        args.runs,
+        || tensor_core_linear(&problem, &x, &w, Some(&b), Epilogue::Relu, false),
+        || Bare::<F>::sync(&device).expect("sync"),
+    )
 }
 
 /// One row of the table.
@@ -118,6 +178,12 @@ struct Row {
     /// Milliseconds of Hypatia forced onto each `--candidates` entry.
     #[serde(default)]
     candidates: Vec<(String, f64)>,
+    /// Hypatia's engine called directly on `CubeBackend` buffers (no op stream).
+    #[serde(default)]
+    engine_ms: f64,
+    /// Host milliseconds to enqueue one launch: Hypatia, Burn, the engine alone.
+    #[serde(default)]
+    host_ms: [f64; 3],
 }
 
 fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
@@ -130,7 +196,8 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .collect();
         let (m, k, n) = (dims[0], dims[1], dims[2]);
         let before = hypatia::stats(&device);
-        let hypatia = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args);
+        let hypatia_t = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args);
+        let hypatia = hypatia_t.ms;
         let after = hypatia::stats(&device);
         let count = |s: &hypatia::FusionStats, f: fn(&hypatia::PatternStats) -> u64| {
             s.patterns.get("linear-relu").map_or(0, f)
@@ -164,7 +231,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let mut candidates = Vec::new();
         for name in args.candidates.split(',').filter(|c| !c.is_empty()) {
             hypatia::kernel::tensor_core::force_candidate(Some(name));
-            let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args);
+            let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args).ms;
             hypatia::kernel::tensor_core::force_candidate(None);
             let ran = hypatia::kernel::tensor_core::last_candidate::<Runtime>().unwrap_or_default();
             let note = if ran == name {
@@ -175,14 +242,19 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             println!("  {shape:<16} {dtype:>5} {ms:>10.4}  {name}{note}");
             candidates.push((name.to_string(), ms));
         }
-        let burn = time::<PlainOf<F>>(m, k, n, args);
-        let cube = time::<Bare<F>>(m, k, n, args);
+        let engine = time_engine::<F>(m, k, n, args);
+        let burn_t = time::<PlainOf<F>>(m, k, n, args);
+        let burn = burn_t.ms;
+        let cube = time::<Bare<F>>(m, k, n, args).ms;
         let tflops = |ms: f64| 2.0 * (m * k * n) as f64 / (ms * 1e-3) / 1e12;
         println!(
-            "{shape:<18} {dtype:>5} {hypatia:>10.4} {burn:>10.4} {cube:>10.4} {:>8.1} {:>8.1} {:>7.2}x  {path}",
+            "{shape:<18} {dtype:>5} {hypatia:>10.4} {:>10.4} {burn:>10.4} {cube:>10.4} {:>8.1} {:>8.1} {:>7.2}x {:>7.4} {:>7.4}  {path}",
+            engine.ms,
             tflops(hypatia),
             tflops(burn),
-            burn / hypatia
+            burn / hypatia,
+            hypatia_t.host_ms,
+            burn_t.host_ms,
         );
         rows.push(Row {
             m,
@@ -196,6 +268,8 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             burn_tflops: tflops(burn),
             path,
             candidates,
+            engine_ms: engine.ms,
+            host_ms: [hypatia_t.host_ms, burn_t.host_ms, engine.host_ms],
         });
     }
 }
@@ -229,8 +303,18 @@ fn main() {
     let args = Args::parse();
     if !args.no_header {
         println!(
-            "{:<18} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8}  path",
-            "M x K x N", "dtype", "hypatia", "burn", "cube", "TF/s hy", "TF/s bu", "vs burn"
+            "{:<18} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>7} {:>7}  path",
+            "M x K x N",
+            "dtype",
+            "hypatia",
+            "engine",
+            "burn",
+            "cube",
+            "TF/s hy",
+            "TF/s bu",
+            "vs burn",
+            "host hy",
+            "host bu"
         );
     }
     let dtypes: Vec<&str> = args.dtypes.split(',').collect();

@@ -47,9 +47,12 @@ pub struct FusionStats {
 }
 
 impl FusionStats {
-    /// Kernel launches of `pattern` so far.
+    /// Steps of `pattern` Hypatia has run so far, on any of its paths: the tiled kernel, the
+    /// tensor-core engine or a split (see [`PatternStats`] for each).
     pub fn executed(&self, pattern: &str) -> u64 {
-        self.patterns.get(pattern).map_or(0, |p| p.executed)
+        self.patterns
+            .get(pattern)
+            .map_or(0, |p| p.executed + p.tensor_core + p.split)
     }
 }
 

@@ -13,7 +13,9 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use half::{bf16, f16};
 use hypatia::kernel::Epilogue;
-use hypatia::kernel::hopper::{WGMMA_TILINGS, WgmmaTiling, launch, supported};
+use hypatia::kernel::hopper::{
+    WGMMA_TILINGS, WGMMA_TMA_STORE_TILINGS, WgmmaTiling, launch, supported,
+};
 use hypatia::kernel::tensor_core::LinearArgs;
 
 /// One problem: `x` of shape `lead ++ [m, k]`, `w` `[k, n]`.
@@ -293,7 +295,7 @@ fn compare<H: Half>(what: &str, got: &[u16], reference: &[f64]) -> Result<(), St
 
 fn check_all<H: Half>(dev: &Device) {
     let mut failures = Vec::new();
-    for tiling in WGMMA_TILINGS {
+    for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_TMA_STORE_TILINGS) {
         for c in CASES {
             if let Err(e) = run::<H>(dev, tiling, c) {
                 failures.push(format!("{:?} {}: {c:?}: {e}", H::DTYPE, tiling.name()));

@@ -411,13 +411,30 @@ fn candidates<R: CubeRuntime>() -> Vec<(String, Candidate<R>)> {
         ));
     }
     #[cfg(feature = "cuda")]
-    for tiling in super::hopper::WGMMA_TILINGS {
+    for tiling in super::hopper::WGMMA_TILINGS
+        .into_iter()
+        .chain(super::hopper::WGMMA_TMA_STORE_TILINGS)
+    {
         list.push((
             tiling.name(),
             Box::new(move |args: LinearArgs<R>| super::hopper::launch(tiling, &args)),
         ));
     }
     list
+}
+
+/// Candidates that run only when forced by name: autotune does not time them.
+fn forced_only(name: &str) -> bool {
+    #[cfg(feature = "cuda")]
+    let forced_only = super::hopper::WGMMA_TMA_STORE_TILINGS
+        .iter()
+        .any(|t| t.name() == name);
+    #[cfg(not(feature = "cuda"))]
+    let forced_only = {
+        let _ = name;
+        false
+    };
+    forced_only
 }
 
 /// Index in [`candidates`] of the candidate that ran last (`usize::MAX`: none yet).
@@ -436,6 +453,9 @@ pub fn last_candidate<R: CubeRuntime>() -> Option<String> {
 fn tunables<R: CubeRuntime>() -> TunableSet<String, LinearArgs<R>, ()> {
     let mut set = TunableSet::new_cloning_inputs(|args: &LinearArgs<R>| args.key());
     for (index, (name, candidate)) in candidates::<R>().into_iter().enumerate() {
+        if forced_only(&name) {
+            continue;
+        }
         set = set.with(Tunable::new(&name, move |args: LinearArgs<R>| {
             candidate(args)?;
             LAST.store(index, Ordering::Relaxed);

@@ -89,11 +89,19 @@ impl WgmmaTiling {
 
 /// The tilings the engine tunes over: wide tiles for large problems, narrow ones so that
 /// mid-sized problems still fill the GPU.
-/// (TMA-store variants exist in the kernel but stay out of the list until measured on a GPU.)
 pub const WGMMA_TILINGS: [WgmmaTiling; 3] = [
     tiling(256, 4, 16, true, false),
     tiling(256, 4, 1, false, false),
     tiling(128, 6, 16, true, false),
+];
+
+/// Variants that store the activation through shared memory with TMA (one stage fewer to make
+/// room). They pass the kernel tests and ran 3-4% faster when forced at 8192×1024×4096 and
+/// 16384×8192×8192 bf16 (one H100 run), but a GPU run of the f16/bf16 suites with them in
+/// autotune did not finish, so until that is explained they run only when forced by name.
+pub const WGMMA_TMA_STORE_TILINGS: [WgmmaTiling; 2] = [
+    tiling(256, 3, 16, true, true),
+    tiling(128, 5, 16, true, true),
 ];
 
 const fn tiling(
@@ -455,7 +463,7 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_a_hopper_sm() {
-        for tiling in WGMMA_TILINGS {
+        for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_TMA_STORE_TILINGS) {
             assert!(tiling.shared_bytes() <= 227 * 1024, "{tiling:?}");
         }
     }
