@@ -1,6 +1,6 @@
 //! Linear + bias + ReLU forward: `Hypatia<B>` vs Burn's `B` (its fusion on) vs `CubeBackend`
-//! (no fusion), in one process. Medians of `--runs` timed batches of up to `--iters` launches
-//! (fewer for large problems), every output kept alive until `sync`, after a warm-up that lets
+//! (no fusion), in one process. Medians of `--runs` timed batches of about 1e13 FLOPs (at
+//! least `--iters` launches), every output kept alive until `sync`, after a warm-up that lets
 //! autotune settle. Prints a table and, with `--json`, writes one record per shape and dtype.
 //! `engine` is Hypatia's engine called directly on `CubeBackend` buffers (no op stream);
 //! `host` is the time to hand one launch to the backend (Burn's stream may defer the work
@@ -47,7 +47,7 @@ struct Args {
     /// Leave out the table header (used for the per-dtype child processes).
     #[arg(long)]
     no_header: bool,
-    /// Launches per timed batch.
+    /// Fewest launches per timed batch.
     #[arg(long, default_value_t = 10)]
     iters: usize,
     /// Timed batches (the median is reported).
@@ -72,10 +72,11 @@ struct Timing {
     host_ms: f64,
 }
 
-/// Launches per timed batch: about 20 ms of work at 100 TFLOP/s, at least one.
+/// Launches per timed batch: about 1e13 FLOPs (15 ms at 650 TFLOP/s), at least `--iters` and
+/// at most 500, so that a fixed cost per batch (about 0.3 ms through Burn's fusion stream in
+/// one H100 run, `benches/results/nvidia-h100.md`) is spread over many launches.
 fn iters(m: usize, k: usize, n: usize, args: &Args) -> usize {
-    args.iters
-        .min((2e12 / (2.0 * (m * k * n) as f64)).max(1.0) as usize)
+    ((1e13 / (2.0 * (m * k * n) as f64)) as usize).clamp(args.iters, 500)
 }
 
 /// Times `step`, keeping every output alive until `sync` has returned.
