@@ -7,7 +7,7 @@ set -u
 DTYPE=${DTYPE:-bf16}
 cd .device && tar xzf bins.tgz
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
-./bench_linear --dtypes $DTYPE --shapes "${SHAPES:-256x256x512,1024x784x2048,2048x2048x2048,8192x1024x4096,8192x4096x1024,8192x4096x4096,16384x8192x8192}" --candidates "${CANDIDATES:-}" --json $OUT/bench_$DTYPE.json > $OUT/bench_$DTYPE.txt 2> $OUT/bench_$DTYPE.err
+./bench_linear --dtypes $DTYPE ${SHAPES:+--shapes "$SHAPES"} --candidates "${CANDIDATES:-}" --json $OUT/bench_$DTYPE.json > $OUT/bench_$DTYPE.txt 2> $OUT/bench_$DTYPE.err
 TF32=$([ "$DTYPE" = f32 ] && echo --tf32)
 python3 torch_ref.py linear --dtypes $DTYPE $TF32 > $OUT/torch_$DTYPE.txt 2>&1
 grep -v "^json" $OUT/torch_$DTYPE.txt | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'

@@ -384,57 +384,65 @@ fn launch_tiling<R: CubeRuntime>(
 
 type Candidate<R> = Box<dyn Fn(LinearArgs<R>) -> Result<(), String> + Send + Sync>;
 
-/// Every way the engine can run a linear, by name. Burn's own matmul (then Hypatia's epilogue
-/// kernel) first: it always runs, so it is the fallback, and every other candidate only wins
-/// where it measured faster.
-fn candidates<R: CubeRuntime>() -> Vec<(String, Candidate<R>)> {
-    let mut list: Vec<(String, Candidate<R>)> = vec![
-        (
-            "burn".into(),
-            Box::new(|args: LinearArgs<R>| {
-                args.split(|(lhs, rhs, out)| {
-                    let dtype = out.dtype;
-                    matmul(lhs, rhs, Some(out), MatmulStrategy::default(), dtype)
-                        .map(|_| ())
-                        .map_err(|e| format!("{e:?}"))
-                })
-            }),
-        ),
-        ("tiled".into(), Box::new(|args: LinearArgs<R>| args.tiled())),
-    ];
-    for tiling in TILINGS {
-        list.push((
-            tiling.name(),
-            Box::new(move |args: LinearArgs<R>| {
-                args.split(|inputs| launch_tiling(&tiling, inputs))
-            }),
-        ));
-    }
-    #[cfg(feature = "cuda")]
-    for tiling in super::hopper::WGMMA_TILINGS
-        .into_iter()
-        .chain(super::hopper::WGMMA_TMA_STORE_TILINGS)
-    {
-        list.push((
-            tiling.name(),
-            Box::new(move |args: LinearArgs<R>| super::hopper::launch(tiling, &args)),
-        ));
-    }
-    list
+/// One way the engine can run a linear.
+struct Entry<R: CubeRuntime> {
+    name: String,
+    /// Whether autotune times it; the others run only when forced by name.
+    tuned: bool,
+    run: Candidate<R>,
 }
 
-/// Candidates that run only when forced by name: autotune does not time them.
-fn forced_only(name: &str) -> bool {
+impl<R: CubeRuntime> Entry<R> {
+    fn tuned(
+        name: String,
+        run: impl Fn(LinearArgs<R>) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name,
+            tuned: true,
+            run: Box::new(run),
+        }
+    }
+}
+
+/// Every way the engine can run a linear. Burn's own matmul (then Hypatia's epilogue kernel)
+/// first: it always runs, so it is the fallback, and every other candidate only wins where it
+/// measured faster.
+fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
+    let mut list = vec![
+        Entry::tuned("burn".into(), |args: LinearArgs<R>| {
+            args.split(|(lhs, rhs, out)| {
+                let dtype = out.dtype;
+                matmul(lhs, rhs, Some(out), MatmulStrategy::default(), dtype)
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            })
+        }),
+        Entry::tuned("tiled".into(), |args: LinearArgs<R>| args.tiled()),
+    ];
+    for tiling in TILINGS {
+        list.push(Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
+            args.split(|inputs| launch_tiling(&tiling, inputs))
+        }));
+    }
     #[cfg(feature = "cuda")]
-    let forced_only = super::hopper::WGMMA_TMA_STORE_TILINGS
-        .iter()
-        .any(|t| t.name() == name);
-    #[cfg(not(feature = "cuda"))]
-    let forced_only = {
-        let _ = name;
-        false
-    };
-    forced_only
+    {
+        use super::hopper::{WGMMA_TILINGS, WGMMA_TMA_STORE_TILINGS, launch};
+        for tiling in WGMMA_TILINGS {
+            list.push(Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
+                launch(tiling, &args)
+            }));
+        }
+        for tiling in WGMMA_TMA_STORE_TILINGS {
+            list.push(Entry {
+                tuned: false,
+                ..Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
+                    launch(tiling, &args)
+                })
+            });
+        }
+    }
+    list
 }
 
 /// Index in [`candidates`] of the candidate that ran last (`usize::MAX`: none yet).
@@ -447,17 +455,18 @@ pub fn last_candidate<R: CubeRuntime>() -> Option<String> {
     candidates::<R>()
         .into_iter()
         .nth(index)
-        .map(|(name, _)| name)
+        .map(|entry| entry.name)
 }
 
 fn tunables<R: CubeRuntime>() -> TunableSet<String, LinearArgs<R>, ()> {
     let mut set = TunableSet::new_cloning_inputs(|args: &LinearArgs<R>| args.key());
-    for (index, (name, candidate)) in candidates::<R>().into_iter().enumerate() {
-        if forced_only(&name) {
+    for (index, entry) in candidates::<R>().into_iter().enumerate() {
+        if !entry.tuned {
             continue;
         }
-        set = set.with(Tunable::new(&name, move |args: LinearArgs<R>| {
-            candidate(args)?;
+        let run = entry.run;
+        set = set.with(Tunable::new(&entry.name, move |args: LinearArgs<R>| {
+            run(args)?;
             LAST.store(index, Ordering::Relaxed);
             Ok::<(), String>(())
         }));
@@ -522,9 +531,9 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         match candidates::<R>()
             .into_iter()
             .enumerate()
-            .find(|(_, (n, _))| *n == name)
+            .find(|(_, entry)| entry.name == name)
         {
-            Some((index, (_, candidate))) => match candidate(args.clone()) {
+            Some((index, entry)) => match (entry.run)(args.clone()) {
                 Ok(()) => {
                     LAST.store(index, Ordering::Relaxed);
                     return outputs;
