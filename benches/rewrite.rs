@@ -5,7 +5,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use hypatia::capture::Window;
 use hypatia::capture::fixtures::IrBuilder;
-use hypatia::plan::plan_window;
+use hypatia::plan::{PlanOptions, plan_window};
 use hypatia::rewrite::Limits;
 use std::hint::black_box;
 
@@ -28,7 +28,7 @@ fn bench_plan(c: &mut Criterion) {
     for layers in [1, 3] {
         let window = mlp_window(layers);
         c.bench_function(&format!("plan_window/{layers}-layer mlp"), |b| {
-            b.iter(|| plan_window(black_box(&window), &limits))
+            b.iter(|| plan_window(black_box(&window), &limits, PlanOptions::default()))
         });
     }
 }

@@ -139,7 +139,9 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
 /// Hypatia's tensor-core engine called directly on `CubeBackend` buffers: the same kernels
 /// without Burn's op stream, so `hypatia - engine` is what the stream and the plan cost.
 fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
-    use hypatia::kernel::{Epilogue, Operand, check_linear, tensor_core::tensor_core_linear};
+    use hypatia::kernel::{
+        Epilogue, EpilogueInputs, Operand, check_linear, tensor_core::tensor_core_linear,
+    };
     let (x, w, b) = inputs::<Bare<F>>(m, k, n);
     let device = x.device();
     let operand = |t: burn_cubecl::tensor::CubeTensor<Runtime>| Operand {
@@ -157,7 +159,10 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
     measure(
         iters(m, k, n, args),
         args.runs,
-        || tensor_core_linear(&problem, &x, &w, Some(&b), Epilogue::Relu, false),
+        || {
+            let epilogue = EpilogueInputs::new(Epilogue::Relu, Some(&b));
+            tensor_core_linear(&problem, &x, &w, epilogue, false)
+        },
         || Bare::<F>::sync(&device).expect("sync"),
     )
 }

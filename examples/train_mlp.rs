@@ -1,5 +1,6 @@
 //! Train an MLP on a synthetic classification task with `Autodiff<Hypatia<B>>`, then run
-//! inference with `Hypatia<B>` and print what Hypatia fused.
+//! inference with `Hypatia<B>` and print what Hypatia fused. Each epoch reports its mean step
+//! time; the end reports the device memory high-water of a training step.
 //!
 //! ```text
 //! cargo run --release --example train_mlp              # wgpu: any GPU, or the CPU via lavapipe
@@ -18,8 +19,12 @@ use std::time::Instant;
 
 #[cfg(not(feature = "cuda"))]
 type Inner = burn::backend::Wgpu;
+#[cfg(not(feature = "cuda"))]
+type Runtime = cubecl::wgpu::WgpuRuntime;
 #[cfg(feature = "cuda")]
 type Inner = burn::backend::Cuda;
+#[cfg(feature = "cuda")]
+type Runtime = cubecl::cuda::CudaRuntime;
 
 /// The one line a Burn user changes.
 type B = hypatia::Hypatia<Inner>;
@@ -143,6 +148,14 @@ fn accuracy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> f32 
     correct / total
 }
 
+/// Bytes the device's allocator has handed out and not yet taken back.
+fn bytes_in_use(device: &burn::tensor::Device<B>) -> u64 {
+    use cubecl::Runtime as _;
+    Runtime::client(device)
+        .memory_usage()
+        .map_or(0, |u| u.bytes_in_use)
+}
+
 fn main() {
     let args = Args::parse();
     let device = burn::tensor::Device::<B>::default();
@@ -161,6 +174,10 @@ fn main() {
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let batches = train.len().div_ceil(args.batch_size);
     let start = Instant::now();
+    T::sync(&device).expect("device work finished");
+    // Memory held before the first step (the model, the optimizer has no state yet).
+    let baseline = bytes_in_use(&device);
+    let mut high_water = 0u64;
     for epoch in 1..=args.epochs {
         let bar = ProgressBar::new(batches as u64).with_style(
             ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
@@ -168,26 +185,37 @@ fn main() {
         );
         bar.set_prefix(format!("{epoch}/{}", args.epochs));
         let (mut loss_sum, mut acc_sum) = (0.0, 0.0);
+        let epoch_start = Instant::now();
         for b in 0..batches {
             let end = ((b + 1) * args.batch_size).min(train.len());
             let (x, y) = train.batch::<T>(b * args.batch_size, end, &device);
             let logits = model.forward(x);
             let loss = loss_fn.forward(logits.clone(), y.clone());
+            // Reading the loss runs the forward: the activations autodiff keeps are alive.
             loss_sum += loss.clone().into_scalar().elem::<f32>();
+            high_water = high_water.max(bytes_in_use(&device));
             acc_sum += accuracy(logits, y);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let grads = loss.backward();
+            T::sync(&device).expect("device work finished");
+            high_water = high_water.max(bytes_in_use(&device));
+            let grads = GradientsParams::from_grads(grads, &model);
             model = optim.step(3e-3, model, grads);
             bar.set_message(format!("loss {:.4}", loss_sum / (b + 1) as f32));
             bar.inc(1);
         }
         bar.finish_and_clear();
         println!(
-            "epoch {epoch:>2}: loss {:.4}  train accuracy {:>5.1}%",
+            "epoch {epoch:>2}: loss {:.4}  train accuracy {:>5.1}%  step {:.2} ms",
             loss_sum / batches as f32,
-            100.0 * acc_sum / batches as f32
+            100.0 * acc_sum / batches as f32,
+            epoch_start.elapsed().as_secs_f64() * 1e3 / batches as f64
         );
     }
-    println!("trained in {:.1}s", start.elapsed().as_secs_f32());
+    println!(
+        "trained in {:.1}s; device memory of a step (high-water above the model): {:.2} MiB",
+        start.elapsed().as_secs_f32(),
+        high_water.saturating_sub(baseline) as f64 / (1 << 20) as f64
+    );
 
     let model = model.valid(); // Mlp<Hypatia<Inner>>: inference without autodiff
     let (x, y) = test.batch::<B>(0, test.len(), &device);

@@ -1,7 +1,8 @@
 //! The Hopper `wgmma` kernel against a float64 host reference, on raw device buffers (no Burn
 //! tensors, so no default-dtype lock): every tiling, bf16 and f16, odd and tile-sized shapes,
-//! k tails and pipeline wrap-around, rank-3 input, transposed weight, NaN/±Inf, poisoned
-//! outputs. Built with `--features cuda`; on a device without `sm_90` it checks nothing and
+//! k tails and pipeline wrap-around, rank-3 input, transposed weight, transposed input (a
+//! weight gradient `xᵀ·dy`), the relu-backward gate and the plain epilogue, NaN/±Inf,
+//! poisoned outputs. Built with `--features cuda`; on a device without `sm_90` it checks nothing and
 //! says so.
 #![cfg(feature = "cuda")]
 
@@ -29,8 +30,12 @@ struct Case {
     bias: bool,
     pre: bool,
     specials: bool,
-    /// Elements of padding after each row of `x` (a pitched allocation).
+    /// Elements of padding after each row of `x`'s storage (a pitched allocation).
     x_pad: usize,
+    /// `x` is a transposed view of `[k, m]` storage (rank 2 only).
+    transpose_x: bool,
+    /// What the epilogue applies; `ReluGrad` gates by a tensor with zeros and NaN in it.
+    epilogue: Epilogue,
 }
 
 const fn case(m: usize, k: usize, n: usize) -> Case {
@@ -44,10 +49,12 @@ const fn case(m: usize, k: usize, n: usize) -> Case {
         pre: true,
         specials: false,
         x_pad: 0,
+        transpose_x: false,
+        epilogue: Epilogue::Relu,
     }
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 14] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -81,6 +88,45 @@ const CASES: [Case; 9] = [
     Case {
         bias: false,
         ..case(65, 136, 8)
+    },
+    // Weight gradients xᵀ · dy: x stored [k, m] (k is the batch).
+    Case {
+        transpose_x: true,
+        bias: false,
+        pre: false,
+        epilogue: Epilogue::Identity,
+        ..case(256, 512, 192)
+    },
+    Case {
+        transpose_x: true,
+        x_pad: 2,
+        bias: false,
+        pre: false,
+        specials: true,
+        epilogue: Epilogue::Identity,
+        ..case(70, 40, 136)
+    },
+    Case {
+        transpose_x: true,
+        epilogue: Epilogue::Identity,
+        ..case(1024, 2056, 64)
+    },
+    // Relu backward dy · Wᵀ gated by the pre-activation: W stored [n, k] as Burn's Linear
+    // holds a [d_in, d_out] weight.
+    Case {
+        transpose_w: true,
+        bias: false,
+        pre: false,
+        specials: true,
+        epilogue: Epilogue::ReluGrad,
+        ..case(300, 264, 1000)
+    },
+    Case {
+        transpose_w: true,
+        bias: false,
+        pre: false,
+        epilogue: Epilogue::ReluGrad,
+        ..case(33, 1024, 4096)
     },
 ];
 
@@ -184,6 +230,7 @@ fn contiguous(shape: &[usize]) -> Vec<usize> {
 /// Runs one case on one tiling; returns a description of the first failure.
 fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String> {
     let rows = c.lead * c.m;
+    assert!(!c.transpose_x || c.lead == 1, "a transposed x is a matrix");
     let round = |v: &[f64]| v.iter().map(|&v| H::round(v)).collect::<Vec<u16>>();
     let mut x = values(rows * c.k, 1 + c.k as u64);
     if c.specials {
@@ -226,17 +273,37 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
     // Poison: NaN everywhere the kernel must write.
     let poison = vec![0x7FC1u16; rows * c.n];
     let out_strides = contiguous(&out_shape);
-    // x's rows `pitch` elements apart, the padding poisoned.
-    let pitch = c.k + c.x_pad;
-    let mut x_pitched = vec![0x7FC1u16; rows * pitch];
-    for r in 0..rows {
-        x_pitched[r * pitch..r * pitch + c.k].copy_from_slice(&xb[r * c.k..(r + 1) * c.k]);
-    }
-    let x_strides: Vec<usize> = contiguous(&x_shape)
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| if i + 1 < rank { s / c.k * pitch } else { s })
-        .collect();
+    // x's storage rows `pitch` elements apart, the padding poisoned: [m, k] rows, or [k, m]
+    // rows viewed transposed.
+    let (x_pitched, x_strides) = if c.transpose_x {
+        let pitch = c.m + c.x_pad;
+        let mut storage = vec![0x7FC1u16; c.k * pitch];
+        for i in 0..c.m {
+            for k in 0..c.k {
+                storage[k * pitch + i] = xb[i * c.k + k];
+            }
+        }
+        (storage, vec![1, pitch])
+    } else {
+        let pitch = c.k + c.x_pad;
+        let mut storage = vec![0x7FC1u16; rows * pitch];
+        for r in 0..rows {
+            storage[r * pitch..r * pitch + c.k].copy_from_slice(&xb[r * c.k..(r + 1) * c.k]);
+        }
+        let strides = contiguous(&x_shape)
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| if i + 1 < rank { s / c.k * pitch } else { s })
+            .collect();
+        (storage, strides)
+    };
+    // The gate: signs at random, exact zeros of both signs, and a NaN (which keeps the value).
+    let gated = c.epilogue == Epilogue::ReluGrad;
+    let mut gate = values(rows * c.n, 5);
+    gate[0] = 0.0;
+    gate[1] = f64::NAN;
+    gate[2] = -0.0;
+    let gate_bits = round(&gate);
     let args = LinearArgs {
         x: dev.upload::<H>(&x_pitched, x_shape.clone(), x_strides),
         w: dev.upload::<H>(&w_bits, w_shape, lead_strides),
@@ -245,7 +312,8 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
         pre: c
             .pre
             .then(|| dev.upload::<H>(&poison, out_shape.clone(), out_strides.clone())),
-        epilogue: Epilogue::Relu,
+        epilogue: c.epilogue,
+        gate: gated.then(|| dev.upload::<H>(&gate_bits, out_shape.clone(), out_strides.clone())),
     };
     launch(tiling, &args)?;
 
@@ -258,7 +326,12 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
     }
     let out_ref: Vec<f64> = pre_ref
         .iter()
-        .map(|&v| if v <= 0.0 { 0.0 } else { v })
+        .zip(&gate)
+        .map(|(&v, &g)| match c.epilogue {
+            Epilogue::Relu if v <= 0.0 => 0.0,
+            Epilogue::ReluGrad if g <= 0.0 => 0.0,
+            _ => v,
+        })
         .collect();
     compare::<H>("out", &dev.download(&args.out), &out_ref)?;
     if let Some(pre) = &args.pre {
@@ -328,6 +401,7 @@ fn wgmma_declines_what_it_cannot_run() {
         out: dev.upload::<bf16>(&bits[..m * n], vec![m, n], vec![n, 1]),
         pre: None,
         epilogue: Epilogue::Relu,
+        gate: None,
     };
     let err = launch(WGMMA_TILINGS[0], &args).unwrap_err();
     assert!(err.contains("multiples of 8"), "{err}");
@@ -339,4 +413,14 @@ fn wgmma_declines_what_it_cannot_run() {
         ..args
     };
     assert!(launch(WGMMA_TILINGS[0], &f32_args).is_err());
+    let (m, k, n) = (16, 16, 16);
+    let gateless = LinearArgs {
+        x: dev.upload::<bf16>(&bits[..m * k], vec![m, k], vec![k, 1]),
+        w: dev.upload::<bf16>(&bits[..k * n], vec![k, n], vec![n, 1]),
+        out: dev.upload::<bf16>(&bits[..m * n], vec![m, n], vec![n, 1]),
+        epilogue: Epilogue::ReluGrad,
+        ..f32_args
+    };
+    let err = launch(WGMMA_TILINGS[0], &gateless).unwrap_err();
+    assert!(err.contains("gate"), "{err}");
 }

@@ -12,7 +12,8 @@ pub struct Lowered {
     pub egraph: TensorGraph,
     /// The e-class computing each tensor (canonicalise with `egraph.find` after rewriting).
     pub class_of: HashMap<TensorId, Id>,
-    /// Outputs of ops that can end an activation (`mask_fill`, `mask_where`), in window order.
+    /// Outputs of ops that can end a fused pattern (`mask_fill`, `mask_where`, `matmul`), in
+    /// window order.
     pub roots: Vec<TensorId>,
 }
 
@@ -55,9 +56,7 @@ pub fn lower(window: &Window) -> Lowered {
             OpKind::LowerEqualElem | OpKind::LowerElem | OpKind::MaskFill | OpKind::Full => 1,
             _ => 0,
         };
-        if matches!(op.kind, OpKind::Opaque | OpKind::Bookkeeping)
-            || op.scalars.len() < needs_scalars
-        {
+        if !op.kind.is_lowered() || op.scalars.len() < needs_scalars {
             continue;
         }
         let mut input = |i: usize| class_or_leaf(&mut egraph, &mut class_of, &op.inputs[i]);
@@ -91,11 +90,16 @@ pub fn lower(window: &Window) -> Lowered {
                 let shape = egraph.add(TensorLang::Shape(shape_leaf(op.out())));
                 TensorLang::Full([shape, egraph.add(scalar(0).expect("checked above"))])
             }
-            OpKind::Opaque | OpKind::Bookkeeping => unreachable!("skipped above"),
+            OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim => {
+                unreachable!("skipped above")
+            }
         };
         let id = egraph.add(node);
         class_of.insert(op.out().id, id);
-        if matches!(op.kind, OpKind::MaskFill | OpKind::MaskWhere) {
+        if matches!(
+            op.kind,
+            OpKind::MaskFill | OpKind::MaskWhere | OpKind::Matmul
+        ) {
             roots.push(op.out().id);
         }
     }

@@ -36,6 +36,10 @@ pub enum OpKind {
     Zeros,
     /// `float_full(shape, scalar)`.
     Full,
+    /// `float_sum_dim(input, axis)`: a bias gradient. Not rewritten (it is a leaf where read),
+    /// but it keeps the window open: in a backward pass it sits between the matmuls and the
+    /// relu mask that fuse with them.
+    SumDim,
     /// Ops that compute nothing: a tensor registered from host data (`Init`), a `Drop`.
     /// They may sit anywhere in a block (Burn records `from_data` lazily) and are run as Burn's.
     Bookkeeping,
@@ -48,6 +52,11 @@ impl OpKind {
     /// while such ops arrive.
     pub fn is_pattern_kind(&self) -> bool {
         !matches!(self, OpKind::Opaque)
+    }
+
+    /// Whether lowering turns the op into an e-graph node (the others' outputs are leaves).
+    pub fn is_lowered(&self) -> bool {
+        !matches!(self, OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim)
     }
 
     /// Ops that cost no pass over memory when run as Burn's: views and bookkeeping.
@@ -91,6 +100,9 @@ impl CapturedOp {
                 }
                 OperationIr::NumericFloat(_, NumericOperationIr::LowerElem(s)) => {
                     (OpKind::LowerElem, vec![&s.lhs], &s.out, vec![&s.rhs])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::SumDim(r)) => {
+                    (OpKind::SumDim, vec![&r.input], &r.out, vec![])
                 }
                 OperationIr::NumericFloat(_, NumericOperationIr::Full(f)) => {
                     (OpKind::Full, vec![], &f.out, vec![&f.value])

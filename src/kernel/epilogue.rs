@@ -3,11 +3,16 @@
 use cubecl::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// The activation applied after the bias, before the store.
+/// What is applied to the accumulator (after the bias, if any) before the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Epilogue {
     /// `x <= 0 ? 0 : x`, which keeps NaN like Burn's `relu` (`mask_fill(x, x <= 0, 0)`).
     Relu,
+    /// Nothing: a plain matmul (a weight gradient `xᵀ · dy`).
+    Identity,
+    /// ReLU's backward on `dy · Wᵀ`: `gate <= 0 ? 0 : x`, where the gate is the forward's
+    /// pre-activation (Burn's `mask_fill(dx, pre <= 0, 0)`; a NaN gate keeps `x`).
+    ReluGrad,
 }
 
 impl Epilogue {
@@ -15,7 +20,19 @@ impl Epilogue {
     pub fn pattern(&self) -> &'static str {
         match self {
             Epilogue::Relu => "linear-relu",
+            Epilogue::Identity => "matmul",
+            Epilogue::ReluGrad => "matmul-relu-grad",
         }
+    }
+
+    /// Whether the forward relu is applied.
+    pub fn relu(&self) -> bool {
+        matches!(self, Epilogue::Relu)
+    }
+
+    /// Whether a gate tensor zeroes the output where it is `<= 0`.
+    pub fn gated(&self) -> bool {
+        matches!(self, Epilogue::ReluGrad)
     }
 }
 
@@ -25,8 +42,34 @@ pub fn relu_keep_nan(value: f32) -> f32 {
     select(value <= 0.0f32, 0.0f32, value)
 }
 
-/// The store of both kernels: adds the bias of column `col`, writes the pre-activation when
-/// `write_pre`, applies the activation, writes `out`; both outputs at `offset`.
+/// Comptime switches of the epilogue, shared by every kernel that stores one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EpilogueFlags {
+    /// Add the bias row.
+    pub has_bias: bool,
+    /// Write the pre-activation to `pre`.
+    pub write_pre: bool,
+    /// Apply relu (keeping NaN).
+    pub relu: bool,
+    /// Zero where `gate <= 0` (relu's backward).
+    pub gated: bool,
+}
+
+impl EpilogueFlags {
+    /// The flags of `epilogue` with these optional tensors.
+    pub fn new(epilogue: Epilogue, has_bias: bool, write_pre: bool) -> Self {
+        Self {
+            has_bias,
+            write_pre,
+            relu: epilogue.relu(),
+            gated: epilogue.gated(),
+        }
+    }
+}
+
+/// The store of every kernel: adds the bias of column `col`, writes the pre-activation when
+/// `write_pre`, applies the activation or the gate, writes `out`. `out`, `pre` and `gate` are
+/// contiguous with the output's shape and all read or written at `offset`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub fn store_epilogue<F: Float>(
@@ -34,12 +77,14 @@ pub fn store_epilogue<F: Float>(
     col: usize,
     offset: usize,
     bias: &Tensor<F>,
+    gate: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
-    #[comptime] has_bias: bool,
-    #[comptime] write_pre: bool,
-    #[comptime] relu: bool,
+    #[comptime] flags: EpilogueFlags,
 ) {
+    let has_bias = flags.has_bias;
+    let write_pre = flags.write_pre;
+    let relu = flags.relu;
     let mut value = accumulator;
     if has_bias {
         value += f32::cast_from(bias[col * bias.stride(0)]);
@@ -50,24 +95,26 @@ pub fn store_epilogue<F: Float>(
     if relu {
         value = relu_keep_nan(value);
     }
+    if flags.gated {
+        value = select(f32::cast_from(gate[offset]) <= 0.0f32, 0.0f32, value);
+    }
     out[offset] = F::cast_from(value);
 }
 
-/// `out = act(input + bias)` (and `pre = input + bias` when `write_pre`), elementwise.
+/// `out = epilogue(input + bias)` (and `pre = input + bias` when `write_pre`), elementwise.
 ///
 /// The split execution's second half: `input` is the inner backend's matmul output, read
-/// through its strides (a swapped view is fine); `out` and `pre` are contiguous with the same
-/// shape; `bias` is a rank-1 view of the last dim (a dummy when `has_bias` is false).
+/// through its strides (a swapped view is fine); `out`, `pre` and `gate` are contiguous with
+/// the same shape; `bias` is a rank-1 view of the last dim. Absent tensors are dummies.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn bias_activation_kernel<F: Float>(
     input: &Tensor<F>,
     bias: &Tensor<F>,
+    gate: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
-    #[comptime] has_bias: bool,
-    #[comptime] write_pre: bool,
-    #[comptime] relu: bool,
+    #[comptime] flags: EpilogueFlags,
     #[define(F)] _dtype: StorageType,
 ) {
     let index = ABSOLUTE_POS;
@@ -84,5 +131,5 @@ pub fn bias_activation_kernel<F: Float>(
     }
     let col = index % out.shape(rank - 1);
     let value = f32::cast_from(input[offset]);
-    store_epilogue::<F>(value, col, index, bias, out, pre, has_bias, write_pre, relu);
+    store_epilogue::<F>(value, col, index, bias, gate, out, pre, flags);
 }

@@ -33,6 +33,16 @@ pub enum KernelError {
         /// The limit.
         limit: usize,
     },
+    /// A relu-backward gate that is not a contiguous tensor of the output's shape and type.
+    #[error(
+        "unsupported gate: shape {shape:?} for an output of {out:?}, or strided, or another type"
+    )]
+    UnsupportedGate {
+        /// The gate's shape.
+        shape: Vec<usize>,
+        /// The output's shape.
+        out: Vec<usize>,
+    },
     /// The output would be empty; Burn's own path handles zero-sized tensors.
     #[error("empty problem: m={m}, n={n}, batch={batch}")]
     Empty {
@@ -52,6 +62,7 @@ impl KernelError {
             KernelError::UnsupportedDtype { .. } => "unsupported-dtype",
             KernelError::IncompatibleShapes { .. } => "incompatible-shapes",
             KernelError::GridTooLarge { .. } => "grid-too-large",
+            KernelError::UnsupportedGate { .. } => "unsupported-gate",
             KernelError::Empty { .. } => "empty",
         }
     }

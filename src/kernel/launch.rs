@@ -1,7 +1,7 @@
 //! Host side of the fused kernel: validate, lay out operands, allocate outputs, launch.
 
 use super::tiled::{CUBE_SIDE, TILE_M, TILE_N, fused_linear_kernel};
-use super::{Epilogue, KernelError, bias_activation_kernel};
+use super::{Epilogue, EpilogueFlags, KernelError, bias_activation_kernel};
 use burn_backend::{DType, Shape};
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_std::Strides;
@@ -167,18 +167,64 @@ pub fn alloc<R: Runtime>(
     }
 }
 
+/// The tensors an epilogue reads besides the accumulator.
+#[derive(Clone, Copy, Debug)]
+pub struct EpilogueInputs<'a, R: Runtime> {
+    /// What is applied.
+    pub epilogue: Epilogue,
+    /// A row of `n` added first.
+    pub bias: Option<&'a Operand<R>>,
+    /// The gate of [`Epilogue::ReluGrad`], contiguous with the output's shape (see
+    /// [`check_gate`]).
+    pub gate: Option<&'a Operand<R>>,
+}
+
+impl<'a, R: Runtime> EpilogueInputs<'a, R> {
+    /// `epilogue` with a bias and no gate.
+    pub fn new(epilogue: Epilogue, bias: Option<&'a Operand<R>>) -> Self {
+        Self {
+            epilogue,
+            bias,
+            gate: None,
+        }
+    }
+
+    fn flags(&self, write_pre: bool) -> EpilogueFlags {
+        EpilogueFlags::new(self.epilogue, self.bias.is_some(), write_pre)
+    }
+}
+
+/// Checks that `gate` can gate an output of `out_shape` and `dtype`: same shape and dtype,
+/// contiguous (the kernels read it at the output's offset).
+///
+/// # Errors
+/// [`KernelError::UnsupportedGate`] naming what differs.
+pub fn check_gate<R: Runtime>(
+    gate: &Operand<R>,
+    out_shape: &[usize],
+    dtype: DType,
+) -> Result<(), KernelError> {
+    let contiguous = gate.handle.strides.as_ref() == contiguous_strides(&gate.shape).as_slice();
+    if gate.shape != out_shape || gate.handle.dtype != dtype || !contiguous {
+        return Err(KernelError::UnsupportedGate {
+            shape: gate.shape.clone(),
+            out: out_shape.to_vec(),
+        });
+    }
+    Ok(())
+}
+
 /// Launches `out = epilogue(lhs · rhs + bias)` (and `pre = lhs · rhs + bias` if `write_pre`)
 /// for a `problem` that [`check_linear`] accepted for these operands.
 pub fn launch_fused_linear<R: Runtime>(
     problem: &LinearProblem,
     lhs: &Operand<R>,
     rhs: &Operand<R>,
-    bias: Option<&Operand<R>>,
-    epilogue: Epilogue,
+    epilogue: EpilogueInputs<'_, R>,
     write_pre: bool,
 ) -> LinearOutputs<R> {
     let outputs = Outputs::alloc(&lhs.handle, &problem.out_shape, problem.dtype, write_pre);
-    launch_fused_linear_into(problem, lhs, rhs, bias, epilogue, outputs.out, outputs.pre)
+    launch_fused_linear_into(problem, lhs, rhs, epilogue, outputs.out, outputs.pre)
 }
 
 /// [`launch_fused_linear`] into given contiguous outputs of `problem.out_shape`.
@@ -186,8 +232,7 @@ pub fn launch_fused_linear_into<R: Runtime>(
     problem: &LinearProblem,
     lhs: &Operand<R>,
     rhs: &Operand<R>,
-    bias: Option<&Operand<R>>,
-    epilogue: Epilogue,
+    epilogue: EpilogueInputs<'_, R>,
     out: CubeFusionHandle<R>,
     pre: Option<CubeFusionHandle<R>>,
 ) -> LinearOutputs<R> {
@@ -210,12 +255,11 @@ pub fn launch_fused_linear_into<R: Runtime>(
         cube_dim,
         broadcast_arg(lhs, rank),
         broadcast_arg(rhs, rank),
-        outputs.bias_arg(bias, n),
+        outputs.bias_arg(epilogue.bias, n),
+        outputs.gate_arg(epilogue.gate),
         outputs.out_arg(),
         outputs.pre_arg(),
-        bias.is_some(),
-        write_pre,
-        matches!(epilogue, Epilogue::Relu),
+        epilogue.flags(write_pre),
         problem.dtype.into(),
     );
     outputs.finish()
@@ -228,13 +272,12 @@ pub fn launch_fused_linear_into<R: Runtime>(
 /// [`KernelError::IncompatibleShapes`] if the bias is not a row of `input`'s last dim.
 pub fn launch_bias_activation<R: Runtime>(
     input: &Operand<R>,
-    bias: Option<&Operand<R>>,
-    epilogue: Epilogue,
+    epilogue: EpilogueInputs<'_, R>,
     write_pre: bool,
 ) -> Result<LinearOutputs<R>, KernelError> {
     let shape = input.shape.clone();
     let n = *shape.last().unwrap_or(&0);
-    if let Some(b) = bias
+    if let Some(b) = epilogue.bias
         && (b.shape.last() != Some(&n) || b.shape.iter().rev().skip(1).any(|&d| d != 1))
     {
         return Err(KernelError::IncompatibleShapes {
@@ -246,7 +289,6 @@ pub fn launch_bias_activation<R: Runtime>(
     let outputs = Outputs::alloc(&input.handle, &shape, input.handle.dtype, write_pre);
     Ok(launch_bias_activation_into(
         input,
-        bias,
         epilogue,
         outputs.out,
         outputs.pre,
@@ -257,8 +299,7 @@ pub fn launch_bias_activation<R: Runtime>(
 /// that is a row of `input`'s last dim.
 pub fn launch_bias_activation_into<R: Runtime>(
     input: &Operand<R>,
-    bias: Option<&Operand<R>>,
-    epilogue: Epilogue,
+    epilogue: EpilogueInputs<'_, R>,
     out: CubeFusionHandle<R>,
     pre: Option<CubeFusionHandle<R>>,
 ) -> LinearOutputs<R> {
@@ -282,12 +323,11 @@ pub fn launch_bias_activation_into<R: Runtime>(
             .handle
             .clone()
             .into_tensor_arg(Shape::from(shape.clone())),
-        outputs.bias_arg(bias, n),
+        outputs.bias_arg(epilogue.bias, n),
+        outputs.gate_arg(epilogue.gate),
         outputs.out_arg(),
         outputs.pre_arg(),
-        bias.is_some(),
-        write_pre,
-        matches!(epilogue, Epilogue::Relu),
+        epilogue.flags(write_pre),
         input.handle.dtype.into(),
     );
     outputs.finish()
@@ -335,6 +375,17 @@ impl<R: Runtime> Outputs<R> {
                 handle.strides = Strides::new(&[stride]);
                 handle.into_tensor_arg(Shape::from(vec![n]))
             }
+            None => self.dummy(),
+        }
+    }
+
+    /// The gate as a contiguous tensor of the output's shape.
+    fn gate_arg(&self, gate: Option<&Operand<R>>) -> TensorArg<R> {
+        match gate {
+            Some(gate) => gate
+                .handle
+                .clone()
+                .into_tensor_arg(Shape::from(self.shape.clone())),
             None => self.dummy(),
         }
     }

@@ -7,7 +7,7 @@
 //! kernel, Burn's own matmul, cubek-matmul tilings and (on Hopper) Hypatia's `wgmma` kernel, so
 //! the choice is measured, never assumed.
 
-use super::LinearProblem;
+use super::{Epilogue, LinearProblem};
 use burn_backend::DType;
 use cubecl::prelude::*;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -81,9 +81,13 @@ pub fn has_matrix_units<R: Runtime>(client: &ComputeClient<R>, dtype: DType) -> 
         .any(|config| config.a_type == storage || (dtype == DType::F32 && config.a_type == half))
 }
 
-/// The execution for `problem` on `client`'s device under the current policy.
+/// The execution for `problem` with `epilogue` on `client`'s device under the current policy.
+///
+/// Without matrix units a plain matmul ([`Epilogue::Identity`]) is split, which is Burn's own
+/// matmul and nothing else: the unit kernel has no epilogue pass to save there.
 pub fn choose_execution<R: Runtime>(
     problem: &LinearProblem,
+    epilogue: Epilogue,
     client: &ComputeClient<R>,
 ) -> Execution {
     match execution_policy() {
@@ -93,6 +97,8 @@ pub fn choose_execution<R: Runtime>(
         ExecutionPolicy::Auto => {
             if has_matrix_units(client, problem.dtype) {
                 Execution::TensorCore
+            } else if epilogue == Epilogue::Identity {
+                Execution::Split
             } else {
                 Execution::Tiled
             }

@@ -8,8 +8,8 @@
 //! CubeCL 0.10 has no `wgmma`, which is what cuBLAS uses on Hopper (~750 TFLOP/s there).
 
 use super::{
-    Epilogue, LinearOutputs, LinearProblem, Operand, alloc, launch_bias_activation_into,
-    launch_fused_linear_into,
+    Epilogue, EpilogueInputs, LinearOutputs, LinearProblem, Operand, alloc,
+    launch_bias_activation_into, launch_fused_linear_into,
 };
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -243,6 +243,8 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub pre: Option<CubeTensor<R>>,
     /// What the epilogue applies after the bias.
     pub epilogue: Epilogue,
+    /// The gate of [`Epilogue::ReluGrad`]: contiguous, the output's shape.
+    pub gate: Option<CubeTensor<R>>,
 }
 
 /// Largest problem (FLOPs) the tiled unit kernel is tuned on: beyond it, it always lost.
@@ -267,9 +269,29 @@ impl<R: CubeRuntime> LinearArgs<R> {
         }
     }
 
+    /// Whether the epilogue does nothing: the matmul may write `out` directly.
+    fn is_plain(&self) -> bool {
+        self.epilogue == Epilogue::Identity && self.bias.is_none() && self.pre.is_none()
+    }
+
+    fn epilogue_inputs<'a>(
+        &self,
+        bias: &'a Option<Operand<R>>,
+        gate: &'a Option<Operand<R>>,
+    ) -> EpilogueInputs<'a, R> {
+        EpilogueInputs {
+            epilogue: self.epilogue,
+            bias: bias.as_ref(),
+            gate: gate.as_ref(),
+        }
+    }
+
     /// Runs `matmul` into a scratch buffer, then Hypatia's bias + activation kernel into the
-    /// outputs.
+    /// outputs (straight into `out` when there is nothing to apply).
     fn split(&self, matmul: impl FnOnce(Inputs<R>) -> Result<(), String>) -> Result<(), String> {
+        if self.is_plain() {
+            return matmul((self.x.clone(), self.w.clone(), self.out.clone()));
+        }
         let product = CubeTensor::new_contiguous(
             self.out.client.clone(),
             self.out.device.clone(),
@@ -280,10 +302,13 @@ impl<R: CubeRuntime> LinearArgs<R> {
             self.out.dtype,
         );
         matmul((self.x.clone(), self.w.clone(), product.clone()))?;
+        let (bias, gate) = (
+            self.bias.as_ref().map(Self::operand),
+            self.gate.as_ref().map(Self::operand),
+        );
         launch_bias_activation_into(
             &Self::operand(&product),
-            self.bias.as_ref().map(Self::operand).as_ref(),
-            self.epilogue,
+            self.epilogue_inputs(&bias, &gate),
             self.out.clone().into(),
             self.pre.clone().map(Into::into),
         );
@@ -296,12 +321,15 @@ impl<R: CubeRuntime> LinearArgs<R> {
         if problem.flops() > TILED_MAX_FLOPS {
             return Err("larger than the unit kernel is tuned on".into());
         }
+        let (bias, gate) = (
+            self.bias.as_ref().map(Self::operand),
+            self.gate.as_ref().map(Self::operand),
+        );
         launch_fused_linear_into(
             &problem,
             &Self::operand(&self.x),
             &Self::operand(&self.w),
-            self.bias.as_ref().map(Self::operand).as_ref(),
-            self.epilogue,
+            self.epilogue_inputs(&bias, &gate),
             self.out.clone().into(),
             self.pre.clone().map(Into::into),
         );
@@ -490,8 +518,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
     problem: &LinearProblem,
     x: &Operand<R>,
     w: &Operand<R>,
-    bias: Option<&Operand<R>>,
-    epilogue: Epilogue,
+    epilogue: EpilogueInputs<'_, R>,
     write_pre: bool,
 ) -> LinearOutputs<R> {
     static TUNER: LocalTuner<String, cubecl::CubeTuneId> = local_tuner!();
@@ -515,10 +542,15 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         tensor(handle, problem.out_shape.clone())
     };
     let args = LinearArgs {
-        bias: bias.map(|b| tensor(b.handle.clone(), b.shape.clone())),
+        bias: epilogue
+            .bias
+            .map(|b| tensor(b.handle.clone(), b.shape.clone())),
+        gate: epilogue
+            .gate
+            .map(|g| tensor(g.handle.clone(), g.shape.clone())),
         out: new_output(),
         pre: write_pre.then(new_output),
-        epilogue,
+        epilogue: epilogue.epilogue,
         x,
         w,
     };

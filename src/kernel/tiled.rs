@@ -19,7 +19,7 @@
 //!        +----+----+ .. +----+        shared memory as f32.
 //! ```
 
-use super::store_epilogue;
+use super::{EpilogueFlags, store_epilogue};
 use cubecl::prelude::*;
 
 /// Output rows per cube.
@@ -35,22 +35,21 @@ pub const UNIT_N: usize = 4;
 /// Units along x (columns) and y (rows).
 pub const CUBE_SIDE: usize = 16;
 
-/// `out = act(lhs · rhs + bias)`, and `pre = lhs · rhs + bias` when `write_pre`.
+/// `out = epilogue(lhs · rhs + bias)`, and `pre = lhs · rhs + bias` when `write_pre`.
 ///
 /// All tensors have the output's rank; broadcast batch dims have stride 0. `bias` is a
-/// rank-1 view of length `n` (a dummy when `has_bias` is false), `pre` a dummy unless
-/// `write_pre`. Accumulates in f32 whatever the storage type.
+/// rank-1 view of length `n`, `gate` contiguous like `out`; absent tensors (per `flags`) are
+/// dummies. Accumulates in f32 whatever the storage type.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn fused_linear_kernel<F: Float>(
     lhs: &Tensor<F>,
     rhs: &Tensor<F>,
     bias: &Tensor<F>,
+    gate: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
-    #[comptime] has_bias: bool,
-    #[comptime] write_pre: bool,
-    #[comptime] relu: bool,
+    #[comptime] flags: EpilogueFlags,
     #[define(F)] _dtype: StorageType,
 ) {
     let rank = out.rank();
@@ -163,11 +162,10 @@ pub fn fused_linear_kernel<F: Float>(
                     col,
                     offset,
                     bias,
+                    gate,
                     out,
                     pre,
-                    has_bias,
-                    write_pre,
-                    relu,
+                    flags,
                 );
             }
         }

@@ -60,14 +60,26 @@ pub struct Planned {
     pub elapsed: std::time::Duration,
 }
 
+/// What a device lets the planner claim.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PlanOptions {
+    /// Claim plain matmuls (weight gradients, a Linear without activation). Worth it where
+    /// Hypatia's engine can beat Burn's matmul (matrix units); elsewhere such a claim would
+    /// only run Burn's matmul and keep Burn's matmul fusion from the ops around it.
+    pub plain_matmuls: bool,
+}
+
 /// Capture → rewrite → plan for one window: lower it, saturate under `limits`, extract, plan.
 ///
 /// Pure (no device, no global state): the fuser caches its result per distinct window.
-pub fn plan_window(window: &Window, limits: &Limits) -> Planned {
+pub fn plan_window(window: &Window, limits: &Limits, options: PlanOptions) -> Planned {
     let start = std::time::Instant::now();
     let mut lowered = lower(window);
     let saturated = saturate(std::mem::take(&mut lowered.egraph), limits);
-    let candidates = find_candidates(window, &lowered, &saturated);
+    let mut candidates = find_candidates(window, &lowered, &saturated);
+    if !options.plain_matmuls {
+        candidates.retain(|c| c.epilogue != Epilogue::Identity);
+    }
     Planned {
         claim: build_plan(window, &candidates),
         stop_reason: saturated.stop_reason,
@@ -78,7 +90,7 @@ pub fn plan_window(window: &Window, limits: &Limits) -> Planned {
 /// A fused node chosen by extraction, with its operands as window tensors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Candidate {
-    /// The activation output (a `mask_fill` / `mask_where` output).
+    /// The output (a `mask_fill` / `mask_where` output, or a matmul's).
     pub root: TensorId,
     /// Left operand.
     pub x: TensorId,
@@ -86,11 +98,22 @@ pub struct Candidate {
     pub w: TensorId,
     /// Bias.
     pub bias: Option<TensorId>,
-    /// The activation.
+    /// The gate of a relu backward.
+    pub gate: Option<TensorId>,
+    /// What is applied.
     pub epilogue: Epilogue,
 }
 
-/// The roots whose cheapest term is a fused node, in window order.
+impl Candidate {
+    fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
+        [Some(self.x), Some(self.w), self.bias, self.gate]
+            .into_iter()
+            .flatten()
+    }
+}
+
+/// The roots whose cheapest term is a fused node: those with an epilogue first (a plain matmul
+/// inside one of them is then an overlap), each group in window order.
 pub fn find_candidates(
     window: &Window,
     lowered: &Lowered,
@@ -103,12 +126,20 @@ pub fn find_candidates(
         .iter()
         .filter_map(
             |root| match extractor.find_best_node(lowered.class_of[root]) {
-                TensorLang::FusedLinearRelu([x, w, b]) => Some((*root, [*x, *w, *b])),
+                TensorLang::FusedLinearRelu([x, w, b]) => {
+                    Some((*root, Epilogue::Relu, [*x, *w], Some(*b)))
+                }
+                TensorLang::FusedMatmulReluGrad([x, w, g]) => {
+                    Some((*root, Epilogue::ReluGrad, [*x, *w], Some(*g)))
+                }
+                TensorLang::FusedMatmul([x, w]) => {
+                    Some((*root, Epilogue::Identity, [*x, *w], None))
+                }
                 _ => None,
             },
         )
         .collect();
-    let roots: HashSet<TensorId> = raw.iter().map(|(root, _)| *root).collect();
+    let roots: HashSet<TensorId> = raw.iter().map(|(root, ..)| *root).collect();
     // An operand class may hold several window tensors: prefer one that is certainly
     // materialised (read from outside the window, or another match's output).
     let tensor_of = |class| {
@@ -123,17 +154,26 @@ pub fn find_candidates(
             .or(tensors.first())
             .copied()
     };
-    raw.into_iter()
-        .filter_map(|(root, [x, w, b])| {
+    let mut candidates: Vec<Candidate> = raw
+        .into_iter()
+        .filter_map(|(root, epilogue, [x, w], third)| {
+            let third = match third {
+                Some(class) => Some(tensor_of(class)?),
+                None => None,
+            };
+            let gated = epilogue == Epilogue::ReluGrad;
             Some(Candidate {
                 root,
                 x: tensor_of(x)?,
                 w: tensor_of(w)?,
-                bias: Some(tensor_of(b)?),
-                epilogue: Epilogue::Relu,
+                bias: third.filter(|_| !gated),
+                gate: third.filter(|_| gated),
+                epilogue,
             })
         })
-        .collect()
+        .collect();
+    candidates.sort_by_key(|c| c.epilogue == Epilogue::Identity);
+    candidates
 }
 
 /// A candidate with the block ops it covers.
@@ -148,8 +188,24 @@ struct Covered {
 
 impl Covered {
     fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
-        let c = &self.candidate;
-        [Some(c.x), Some(c.w), c.bias].into_iter().flatten()
+        self.candidate.operands()
+    }
+
+    /// The earliest block position the step can run at: after every operand's producer, and
+    /// after every other reader of an operand that the step frees (its last reader).
+    fn position(&self, window: &Window) -> usize {
+        let ops: Vec<usize> = self.ops.iter().copied().collect();
+        let produced = self
+            .operands()
+            .filter_map(|t| window.find_producer(t))
+            .map(|p| p + 1);
+        let released = self
+            .operands()
+            .filter(|&t| window.find_last_status(t, &ops) == Some(TensorStatus::ReadWrite))
+            .flat_map(|t| window.find_readers(t).collect::<Vec<_>>())
+            .filter(|i| !self.ops.contains(i))
+            .map(|i| i + 1);
+        produced.chain(released).max().unwrap_or(0)
     }
 
     fn intermediates<'a>(&'a self, window: &'a Window) -> impl Iterator<Item = TensorId> + 'a {
@@ -175,10 +231,7 @@ fn producers(
         let producer = window
             .find_producer(tensor)
             .ok_or(Reason::InputNotMaterialized)?;
-        if matches!(
-            window.ops()[producer].kind,
-            OpKind::Opaque | OpKind::Bookkeeping
-        ) {
+        if !window.ops()[producer].kind.is_lowered() {
             return Err(Reason::InputNotMaterialized);
         }
         if ops.insert(producer) {
@@ -190,31 +243,37 @@ fn producers(
 
 /// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
 fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
-    let operands: HashSet<TensorId> = [Some(candidate.x), Some(candidate.w), candidate.bias]
-        .into_iter()
-        .flatten()
-        .collect();
+    let operands: HashSet<TensorId> = candidate.operands().collect();
     let ops = producers(window, candidate.root, &operands)?;
     let ops_list: Vec<usize> = ops.iter().copied().collect();
-    let add = ops
-        .iter()
-        .map(|&i| &window.ops()[i])
-        .find(|op| op.kind == OpKind::Add)
-        .ok_or(Reason::NoMatch)?;
-    let pre = Some(add.out().id);
-    // The add's matmul side is the input computed through a matmul.
-    let (matmul_out, matmul_ops) = add
-        .inputs
-        .iter()
-        .filter_map(|t| {
-            let chain = producers(window, t.id, &operands).ok()?;
-            let has_matmul = chain
+    let through_matmul = |t: TensorId| {
+        let chain = producers(window, t, &operands).ok()?;
+        let has_matmul = chain
+            .iter()
+            .any(|&i| window.ops()[i].kind == OpKind::Matmul);
+        has_matmul.then_some((t, chain))
+    };
+    let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
+        Epilogue::Relu => {
+            let add = ops
                 .iter()
-                .any(|&i| window.ops()[i].kind == OpKind::Matmul);
-            has_matmul.then_some((t.id, chain))
-        })
-        .next()
-        .ok_or(Reason::NoMatch)?;
+                .map(|&i| &window.ops()[i])
+                .find(|op| op.kind == OpKind::Add)
+                .ok_or(Reason::NoMatch)?;
+            // The add's matmul side is the input computed through a matmul.
+            let side = add.inputs.iter().find_map(|t| through_matmul(t.id));
+            (Some(add.out().id), side.ok_or(Reason::NoMatch)?)
+        }
+        // The mask fill's tensor input is the matmul side.
+        Epilogue::ReluGrad => {
+            let fill = window
+                .find_producer(candidate.root)
+                .ok_or(Reason::NoMatch)?;
+            let side = through_matmul(window.ops()[fill].inputs[0].id);
+            (None, side.ok_or(Reason::NoMatch)?)
+        }
+        Epilogue::Identity => (None, (candidate.root, ops.clone())),
+    };
     for &index in &ops {
         let value = window.ops()[index].out().id;
         if value == candidate.root {
@@ -289,7 +348,8 @@ pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
     Claim::Fused(assemble(window, &accepted, &covered, len))
 }
 
-/// Ops run between fused steps must not read insides, nor operands a pending step still needs.
+/// Ops run between fused steps must not read insides, nor free operands a pending step still
+/// needs.
 fn check_interleaved(
     window: &Window,
     accepted: &[Covered],
@@ -305,15 +365,16 @@ fn check_interleaved(
         if reads.iter().any(|t| insides.contains(t)) {
             return Err(Reason::InterleavedRead);
         }
-        let pending = accepted.iter().filter(|a| {
-            let (first, last) = (
-                *a.ops.first().expect("covers ops"),
-                *a.ops.last().expect("covers ops"),
-            );
-            first < index && index < last
-        });
+        // A step runs at its position: an op before it may read its operands, but not as
+        // their last reader (that would free them first).
+        let op = &window.ops()[index];
+        let pending = accepted.iter().filter(|a| index < a.position(window));
         for a in pending {
-            if a.operands().any(|t| reads.contains(&t)) {
+            let consumes = op
+                .inputs
+                .iter()
+                .any(|t| t.status == TensorStatus::ReadWrite && a.operands().any(|o| o == t.id));
+            if consumes {
                 return Err(Reason::InterleavedRead);
             }
         }
@@ -325,7 +386,9 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
     let mut steps = Vec::new();
     let mut zero_scalars = Vec::new();
     for index in 0..len {
-        if let Some(a) = accepted.iter().find(|a| a.ops.last() == Some(&index)) {
+        // Each step at its earliest position, before the op there (in a backward pass the
+        // ops after a gradient matmul read its operands, and the last of them frees them).
+        for a in accepted.iter().filter(|a| a.position(window) == index) {
             let ops: Vec<usize> = a.ops.iter().copied().collect();
             let reference = |id: TensorId| TensorRef {
                 id,
@@ -342,6 +405,7 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                 x: reference(c.x),
                 w: reference(c.w),
                 bias: c.bias.map(reference),
+                gate: c.gate.map(reference),
                 out: c.root,
                 pre: a.pre,
                 epilogue: c.epilogue,
@@ -349,7 +413,8 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                 matmul_ops: a.matmul_ops.iter().copied().collect(),
                 matmul_out: a.matmul_out,
             }));
-        } else if !covered.contains(&index) {
+        }
+        if !covered.contains(&index) {
             steps.push(Step::Run(index));
         }
     }

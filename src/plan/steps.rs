@@ -15,7 +15,8 @@ pub struct TensorRef {
     pub status: TensorStatus,
 }
 
-/// One fused `epilogue(x · w + bias)`.
+/// One fused `epilogue(x · w + bias)`: a Linear + activation, a relu-backward `dy · Wᵀ`
+/// gated by the pre-activation, or a plain matmul (a weight gradient).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FusedLinear {
     /// Left operand `[.., m, k]`.
@@ -24,6 +25,8 @@ pub struct FusedLinear {
     pub w: TensorRef,
     /// Row bias `[.., n]` with every other dim 1.
     pub bias: Option<TensorRef>,
+    /// The gate of [`Epilogue::ReluGrad`]: the forward's pre-activation, output-shaped.
+    pub gate: Option<TensorRef>,
     /// The activation's output.
     pub out: TensorId,
     /// The pre-activation, when something outside the step still reads it (autodiff does).
@@ -58,6 +61,15 @@ pub struct Plan {
     /// Relative scalar ids that must be zero for the fused activation to equal Burn's ops
     /// (relu's threshold and fill value); checked before every execution.
     pub zero_scalars: Vec<u64>,
+}
+
+impl FusedLinear {
+    /// The tensors the step reads, in kernel order: x, w, then bias and gate when present.
+    pub fn operands(&self) -> impl Iterator<Item = TensorRef> + '_ {
+        [Some(self.x), Some(self.w), self.bias, self.gate]
+            .into_iter()
+            .flatten()
+    }
 }
 
 impl Plan {

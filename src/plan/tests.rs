@@ -1,12 +1,17 @@
 //! Planning hand-built windows: every form Burn 0.21 emits for Linear + relu, and near misses.
 
-use super::{Claim, Plan, Reason, Step, plan_window};
+use super::{Claim, Plan, PlanOptions, Reason, Step, plan_window};
 use crate::capture::fixtures::{IrBuilder, T};
 use crate::rewrite::Limits;
 use burn_ir::{TensorId, TensorStatus};
 
+/// Forward patterns only, as on a device without matrix units.
+const OPTIONS: PlanOptions = PlanOptions {
+    plain_matmuls: false,
+};
+
 fn plan(ir: &IrBuilder, outputs: &[T]) -> Claim {
-    plan_window(&ir.window(outputs), &Limits::default()).claim
+    plan_window(&ir.window(outputs), &Limits::default(), OPTIONS).claim
 }
 
 fn fused(claim: Claim) -> Plan {

@@ -37,6 +37,8 @@ impl Analysis<TensorLang> for TensorAnalysis {
             }),
             TensorLang::Shape(_) | TensorLang::Scalar(_) | TensorLang::Dims(_) => None,
             TensorLang::Matmul([lhs, rhs])
+            | TensorLang::FusedMatmul([lhs, rhs])
+            | TensorLang::FusedMatmulReluGrad([lhs, rhs, _])
             | TensorLang::Linear([lhs, rhs, _])
             | TensorLang::FusedLinearRelu([lhs, rhs, _]) => {
                 let shape = matmul_shape(&info(lhs)?.shape, &info(rhs)?.shape)?;

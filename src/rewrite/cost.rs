@@ -2,8 +2,9 @@
 //!
 //! A first model in kernel launches: every op Burn runs unfused is one launch and one pass
 //! over its tensors; a matmul weighs two (it reads operands more than once); views are almost
-//! free. The fused node costs a matmul plus its epilogue, so it is never cheaper than the
-//! matmul it replaces but cheaper than matmul + bias + activation run apart. Size-aware
+//! free. A fused node with an epilogue costs a matmul plus the epilogue, so it is never cheaper
+//! than the matmul it replaces but cheaper than matmul + bias + activation (or + mask) run
+//! apart; a plain fused matmul costs slightly less than Burn's. Size-aware
 //! decisions (shapes too small to pay) are made at run time, where sizes are known.
 
 use super::TensorLang;
@@ -33,7 +34,12 @@ impl CostModel {
             TensorLang::Reshape(_) | TensorLang::SwapDims(_) => VIEW,
             TensorLang::Matmul(_) => MATMUL,
             TensorLang::Linear(_) => MATMUL + LAUNCH,
-            TensorLang::FusedLinearRelu(_) => MATMUL + EPILOGUE,
+            TensorLang::FusedLinearRelu(_) | TensorLang::FusedMatmulReluGrad(_) => {
+                MATMUL + EPILOGUE
+            }
+            // Hypatia's engine for the matmul alone: never worse than Burn's (it is one of its
+            // candidates), so extraction takes it wherever nothing larger covers the matmul.
+            TensorLang::FusedMatmul(_) => MATMUL - EPILOGUE,
             TensorLang::Add(_)
             | TensorLang::LowerEqualElem(_)
             | TensorLang::LowerElem(_)
@@ -77,6 +83,15 @@ mod tests {
         // Tree cost counts the shared add twice: 2 * (20 + 10) + 10 + 10 = 80.
         assert_eq!(parts, 80.0);
         assert_eq!(fused, 21.0);
+    }
+
+    #[test]
+    fn gated_matmul_is_cheaper_than_plain_matmul_and_mask() {
+        let parts = cost(
+            "(mask-fill (fused-matmul t1:f32:1x2 t2:f32:2x3) (le t4:f32:1x3 scalar:0) scalar:1)",
+        );
+        let fused = cost("(fused-matmul-relu-grad t1:f32:1x2 t2:f32:2x3 t4:f32:1x3)");
+        assert!(fused < parts, "{fused} >= {parts}");
     }
 
     #[test]

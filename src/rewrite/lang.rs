@@ -28,6 +28,8 @@ define_language! {
         "relu" = Relu(Id),
         "linear" = Linear([Id; 3]),
         "fused-linear-relu" = FusedLinearRelu([Id; 3]),
+        "fused-matmul" = FusedMatmul([Id; 2]),
+        "fused-matmul-relu-grad" = FusedMatmulReluGrad([Id; 3]),
         Tensor(TensorLeaf),
         Shape(ShapeLeaf),
         Scalar(ScalarLeaf),

@@ -5,6 +5,10 @@ use egg::{Id, Rewrite, Subst, Var, rewrite};
 
 /// Every rule Hypatia runs, named after the rewrite it performs.
 ///
+/// Backward (what `Autodiff` emits for Linear + ReLU): relu's gradient is
+/// `mask_fill(dy · Wᵀ, pre <= 0, 0)`, a matmul gated by the forward's pre-activation, and a
+/// weight gradient `xᵀ · dy` is a plain matmul; both run on Hypatia's kernels.
+///
 /// Relu has three spellings in Burn 0.21: `relu` (`mask_fill(x, x <= 0, 0)`), `clamp_min(x, 0)`
 /// (`mask_fill(x, x < 0, 0)`) and `max_pair(x, zeros)` (`mask_where(x, x < z, z)`). All three keep
 /// NaN, which is why they are the same function. The scalars are ids here; the plan checks
@@ -21,6 +25,8 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         rewrite!("matmul-add-to-linear";  "(add (matmul ?x ?w) ?b)"              => "(linear ?x ?w ?b)" if is_row_bias("?b", "?x", "?w")),
         rewrite!("linear-unreshape-bias"; "(linear ?x ?w (reshape ?b ?s))"       => "(linear ?x ?w ?b)" if is_vector("?b")),
         rewrite!("linear-relu-to-fused";  "(relu (linear ?x ?w ?b))"             => "(fused-linear-relu ?x ?w ?b)" if same_kernel_float(&["?x", "?w", "?b"])),
+        rewrite!("matmul-to-fused";       "(matmul ?x ?w)"                       => "(fused-matmul ?x ?w)" if same_kernel_float(&["?x", "?w"])),
+        rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output("?g", &["?x", "?w", "?g"])),
     ]
 }
 
@@ -128,6 +134,18 @@ fn is_vector(b: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
     move |egraph, _, subst| info(egraph, subst, b).is_some_and(|i| i.shape.len() == 1)
 }
 
+/// `?g` has the matched output's shape (the gate is read element for element) and `vars` share
+/// a kernel float type.
+fn gates_output(g: &str, vars: &[&str]) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let g = var(g);
+    let same_float = same_kernel_float(vars);
+    move |egraph, id, subst| {
+        let out = egraph[id].data.clone();
+        out.is_some_and(|o| info(egraph, subst, g).is_some_and(|g| g.shape == o.shape))
+            && same_float(egraph, id, subst)
+    }
+}
+
 /// All `vars` share one element type that the fused kernel supports.
 fn same_kernel_float(vars: &[&str]) -> Condition {
     let vars: Vec<Var> = vars.iter().map(|v| var(v)).collect();
@@ -191,20 +209,32 @@ mod tests {
         => format!("(fused-linear-relu {X} {W} t4:f32:0x3)"));
     rewrite_test!(max_pair_with_a_tensor_stays,
         &format!("(mask-where (add (matmul {X} {W}) t4:f32:0x3) (lower (add (matmul {X} {W}) t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)")
-        => format!("(mask-where (linear {X} {W} t4:f32:0x3) (lower (linear {X} {W} t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)"));
+        => format!("(mask-where (add (fused-matmul {X} {W}) t4:f32:0x3) (lower (add (fused-matmul {X} {W}) t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)"));
     rewrite_test!(vecmat_swap_fuses,
         &relu_of("(add (swap-dims (matmul (swap-dims t1:f32:2x0x3 dims:0,1) (reshape t2:f32:3x4 shape:0x3x4)) dims:0,1) (reshape t3:f32:4 shape:0x0x4))")
         => "(fused-linear-relu t1:f32:2x0x3 t2:f32:3x4 t3:f32:4)");
     rewrite_test!(swap_of_a_batched_weight_stays,
         "(swap-dims (matmul (swap-dims t1:f32:2x0x3 dims:0,1) t2:f32:2x3x4) dims:0,1)"
-        => "(swap-dims (matmul (swap-dims t1:f32:2x0x3 dims:0,1) t2:f32:2x3x4) dims:0,1)");
+        => "(swap-dims (fused-matmul (swap-dims t1:f32:2x0x3 dims:0,1) t2:f32:2x3x4) dims:0,1)");
     rewrite_test!(relu_on_another_tensor_stays,
         &format!("(mask-fill (add (matmul {X} {W}) t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)")
-        => format!("(mask-fill (linear {X} {W} t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)"));
+        => format!("(mask-fill (add (fused-matmul {X} {W}) t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)"));
     rewrite_test!(full_tensor_add_stays,
         &relu_of(&format!("(add (matmul {X} {W}) t4:f32:1x3)"))
-        => format!("(relu (add (matmul {X} {W}) t4:f32:1x3))"));
+        => format!("(relu (add (fused-matmul {X} {W}) t4:f32:1x3))"));
+    rewrite_test!(plain_matmul_fuses,
+        &format!("(matmul {X} {W})")
+        => format!("(fused-matmul {X} {W})"));
+    rewrite_test!(transposed_lhs_matmul_fuses,
+        "(matmul (swap-dims t1:f32:2x1 dims:0,1) t2:f32:2x3)"
+        => "(fused-matmul (swap-dims t1:f32:2x1 dims:0,1) t2:f32:2x3)");
+    rewrite_test!(relu_backward_fuses,
+        "(mask-fill (matmul t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1)) (le t5:f32:1x2 scalar:0) scalar:1)"
+        => "(fused-matmul-relu-grad t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1) t5:f32:1x2)");
+    rewrite_test!(broadcast_gate_stays,
+        &format!("(mask-fill (matmul {X} {W}) (le t5:f32:0x3 scalar:0) scalar:1)")
+        => format!("(mask-fill (fused-matmul {X} {W}) (le t5:f32:0x3 scalar:0) scalar:1)"));
     rewrite_test!(mixed_dtypes_stay,
         &relu_of(&format!("(add (matmul {X} {W}) t4:f16:0x3)"))
-        => format!("(relu (linear {X} {W} t4:f16:0x3))"));
+        => format!("(relu (add (fused-matmul {X} {W}) t4:f16:0x3))"));
 }

@@ -2,9 +2,11 @@
 
 use super::{HypatiaOptimization, LinearOptimization};
 use crate::capture::{OpKind, Window};
-use crate::plan::{Claim, Plan, plan_window};
+use crate::kernel::{ExecutionPolicy, execution_policy, has_matrix_units};
+use crate::plan::{Claim, Plan, PlanOptions, plan_window};
 use crate::rewrite::Limits;
 use crate::stats;
+use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::OperationIr;
@@ -27,6 +29,8 @@ const CACHE_CAPACITY: usize = 4096;
 /// cached) and becomes ready with the longest block prefix it can run.
 pub struct HypatiaFuser<R: CubeRuntime> {
     device: R::Device,
+    /// Whether the device has matrix units (then Hypatia's engine may beat Burn's matmul).
+    matrix_units: bool,
     window: Window,
     claim: Option<Arc<Plan>>,
     status: FuserStatus,
@@ -36,6 +40,7 @@ impl<R: CubeRuntime> Clone for HypatiaFuser<R> {
     fn clone(&self) -> Self {
         Self {
             device: self.device.clone(),
+            matrix_units: self.matrix_units,
             window: self.window.clone(),
             claim: self.claim.clone(),
             status: self.status,
@@ -46,7 +51,9 @@ impl<R: CubeRuntime> Clone for HypatiaFuser<R> {
 impl<R: CubeRuntime> HypatiaFuser<R> {
     /// A fuser for `device`.
     pub fn new(device: R::Device) -> Self {
+        let client = R::client(&device);
         Self {
+            matrix_units: has_matrix_units(&client, DType::F16),
             device,
             window: Window::new(),
             claim: None,
@@ -55,7 +62,11 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
     }
 
     fn analyze(&mut self) {
-        if let Claim::Fused(plan) = plan_cached(&self.window, &stats::device_key(&self.device))
+        let options = PlanOptions {
+            plain_matmuls: self.matrix_units || execution_policy() != ExecutionPolicy::Auto,
+        };
+        if let Claim::Fused(plan) =
+            plan_cached(&self.window, options, &stats::device_key(&self.device))
             && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
         {
             self.claim = Some(Arc::new(plan));
@@ -71,13 +82,13 @@ fn cache() -> &'static ClaimCache {
 }
 
 /// Capture → rewrite → plan for one window, through the cache; counts stats on a miss.
-fn plan_cached(window: &Window, device: &str) -> Claim {
-    let key = window.key();
+fn plan_cached(window: &Window, options: PlanOptions, device: &str) -> Claim {
+    let key = format!("{options:?}{}", window.key());
     if let Some(claim) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return claim.clone();
     }
     log::trace!("hypatia: planning window {:#?}", window.ops());
-    let planned = plan_window(window, &Limits::default());
+    let planned = plan_window(window, &Limits::default(), options);
     let limited = !matches!(planned.stop_reason, StopReason::Saturated);
     stats::record_egg(device, planned.elapsed, limited);
     let claim = planned.claim;
@@ -124,7 +135,7 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
         if !kind.is_pattern_kind() || self.window.len() >= MAX_WINDOW {
             self.status = FuserStatus::Closed;
         }
-        if matches!(kind, OpKind::MaskFill | OpKind::MaskWhere) {
+        if matches!(kind, OpKind::MaskFill | OpKind::MaskWhere | OpKind::Matmul) {
             self.analyze();
         }
     }

@@ -4,7 +4,8 @@ use super::HypatiaRuntime;
 use crate::fallback::{FallbackReason, run_unfused};
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
-    Execution, Operand, check_linear, choose_execution, launch_bias_activation, launch_fused_linear,
+    EpilogueInputs, Execution, Operand, check_gate, check_linear, choose_execution,
+    launch_bias_activation, launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::stats;
@@ -117,23 +118,20 @@ fn run_fused<R: CubeRuntime>(
     context: &mut Context<CubeFusionHandle<R>>,
     execution: &OrderedExecution<HypatiaRuntime<R>>,
 ) -> Result<Execution, FallbackReason> {
-    let inputs: Vec<(TensorRef, TensorIr)> = [Some(step.x), Some(step.w), step.bias]
-        .into_iter()
-        .flatten()
-        .map(|r| (r, real_tensor(context, &r.id)))
-        .collect();
+    let [x, w] = [step.x, step.w].map(|r| real_tensor(context, &r.id));
+    let bias = step.bias.map(|r| real_tensor(context, &r.id));
+    let gate = step.gate.map(|r| real_tensor(context, &r.id));
     let out = real_tensor(context, &step.out);
-    let bias = step.bias.map(|_| &inputs[2].1);
     let problem = check_linear(
-        (&inputs[0].1.shape, inputs[0].1.dtype),
-        (&inputs[1].1.shape, inputs[1].1.dtype),
-        bias.map(|t| (t.shape.as_ref(), t.dtype)),
+        (&x.shape, x.dtype),
+        (&w.shape, w.dtype),
+        bias.as_ref().map(|t| (t.shape.as_ref(), t.dtype)),
     )?;
     if problem.out_shape.as_slice() != out.shape.as_ref() {
         return Err(crate::kernel::KernelError::IncompatibleShapes {
-            lhs: inputs[0].1.shape.to_vec(),
-            rhs: inputs[1].1.shape.to_vec(),
-            bias: bias.map(|t| t.shape.to_vec()),
+            lhs: x.shape.to_vec(),
+            rhs: w.shape.to_vec(),
+            bias: bias.as_ref().map(|t| t.shape.to_vec()),
         }
         .into());
     }
@@ -143,39 +141,39 @@ fn run_fused<R: CubeRuntime>(
             .get_handle(&tensor.id, &TensorStatus::ReadOnly),
         shape: tensor.shape.to_vec(),
     };
+    let gate = gate.map(|t| operand(context, &t));
+    if let Some(gate) = &gate {
+        check_gate(gate, &problem.out_shape, problem.dtype)?;
+    }
     let client = context
         .handles
-        .get_handle_ref(&inputs[0].1.id)
+        .get_handle_ref(&x.id)
         .expect("operands of a claimed block are materialised")
         .client
         .clone();
-    let kind = choose_execution(&problem, &client);
-    let (outputs, consumed) = match kind {
+    let kind = choose_execution(&problem, step.epilogue, &client);
+    let bias_operand = bias.as_ref().map(|t| operand(context, t));
+    let epilogue = EpilogueInputs {
+        epilogue: step.epilogue,
+        bias: bias_operand.as_ref(),
+        gate: gate.as_ref(),
+    };
+    let write_pre = step.pre.is_some();
+    let (outputs, consumed): (_, Vec<TensorRef>) = match kind {
         Execution::Tiled => {
-            let operands: Vec<Operand<R>> =
-                inputs.iter().map(|(_, t)| operand(context, t)).collect();
-            let outputs = launch_fused_linear(
-                &problem,
-                &operands[0],
-                &operands[1],
-                operands.get(2),
-                step.epilogue,
-                step.pre.is_some(),
-            );
-            (outputs, &inputs[..])
+            let (x, w) = (operand(context, &x), operand(context, &w));
+            let outputs = launch_fused_linear(&problem, &x, &w, epilogue, write_pre);
+            (outputs, step.operands().collect())
         }
         Execution::TensorCore => {
-            let operands: Vec<Operand<R>> =
-                inputs.iter().map(|(_, t)| operand(context, t)).collect();
-            let outputs = tensor_core_linear(
-                &problem,
-                &operands[0],
-                &operands[1],
-                operands.get(2),
-                step.epilogue,
-                step.pre.is_some(),
-            );
-            (outputs, &inputs[..])
+            let (x, w) = (operand(context, &x), operand(context, &w));
+            let outputs = tensor_core_linear(&problem, &x, &w, epilogue, write_pre);
+            (outputs, step.operands().collect())
+        }
+        Execution::Split if step.out == step.matmul_out => {
+            // Nothing to apply: the inner backend's matmul writes the output itself.
+            run_unfused(step.matmul_ops.iter().copied(), context, execution);
+            return Ok(kind);
         }
         Execution::Split => {
             // The inner backend's matmul (its ops consume x and w as Burn would), then the
@@ -188,25 +186,21 @@ fn run_fused<R: CubeRuntime>(
                     .get_handle(&matmul_out.id, &TensorStatus::ReadWrite),
                 shape: matmul_out.shape.to_vec(),
             };
-            let bias = bias.map(|t| operand(context, t));
-            let outputs = launch_bias_activation(
-                &matmul_out,
-                bias.as_ref(),
-                step.epilogue,
-                step.pre.is_some(),
+            let outputs = launch_bias_activation(&matmul_out, epilogue, write_pre)
+                .expect("check_linear accepted this bias for this output");
+            (
+                outputs,
+                [step.bias, step.gate].into_iter().flatten().collect(),
             )
-            .expect("check_linear accepted this bias for this output");
-            (outputs, &inputs[2..])
         }
     };
     // Release the handles whose last reader was this step (once each: x may also be w).
     let mut released = Vec::new();
-    for (reference, tensor) in consumed {
-        if reference.status == TensorStatus::ReadWrite && !released.contains(&tensor.id) {
-            context
-                .handles
-                .get_handle(&tensor.id, &TensorStatus::ReadWrite);
-            released.push(tensor.id);
+    for reference in consumed {
+        if reference.status == TensorStatus::ReadWrite && !released.contains(&reference.id) {
+            let id = real_tensor(context, &reference.id).id;
+            context.handles.get_handle(&id, &TensorStatus::ReadWrite);
+            released.push(reference.id);
         }
     }
     context.handles.register_handle(out.id, outputs.out);

@@ -4,3 +4,4 @@ mod common;
 mod kernel;
 mod mlp;
 mod replay;
+mod train;

@@ -11,13 +11,13 @@
 //! [tensor-core engine's](super::tensor_core) autotune, so it runs only where it measured
 //! fastest.
 //!
-//! Runs: f16 and bf16 (f32 accumulation), `x` row-major (any rank, rows flattened), `w` a
-//! `[k, n]` matrix stored row-major (Burn's Linear weight) or transposed (`[n, k]` storage),
-//! `k` and `n` multiples of 8 (TMA's 16-byte strides), 16-byte aligned operands, a contiguous
-//! bias. Anything else is declined with a reason and another candidate runs.
+//! Runs: f16 and bf16 (f32 accumulation), `x` row-major (any rank, rows flattened) or a
+//! transposed `[k, m]` matrix (a weight gradient's `xᵀ`), `w` a `[k, n]` matrix stored
+//! row-major (Burn's Linear weight) or transposed (`[n, k]` storage), `k` and `n` multiples of 8
+//! (TMA's 16-byte strides), 16-byte aligned operands, a contiguous bias and gate. Anything else
+//! is declined with a reason and another candidate runs.
 
-use super::Epilogue;
-use super::tensor_core::{LinearArgs, is_aligned};
+use super::tensor_core::{LinearArgs, is_aligned, is_contiguous};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
@@ -132,6 +132,8 @@ enum Half {
 struct KernelConfig {
     tiling: WgmmaTiling,
     half: Half,
+    /// `x` a transposed view of `[k, m]` storage (M-major operand A) instead of `[m, k]`.
+    a_m_major: bool,
     /// `w` stored `[n, k]` (K-major operand B) instead of `[k, n]`.
     b_k_major: bool,
 }
@@ -169,9 +171,10 @@ impl KernelConfig {
             self.tiling.stages
         );
         let _ = writeln!(src, "#define GROUP_M {}", self.tiling.group_m);
+        let _ = writeln!(src, "#define A_M_MAJOR {}", self.a_m_major as u32);
         let _ = writeln!(src, "#define B_K_MAJOR {}", self.b_k_major as u32);
         let _ = writeln!(src, "#define TMA_STORE {}", self.tiling.tma_store as u32);
-        src.push_str(&wgmma_step(bn, ptx, !self.b_k_major));
+        src.push_str(&wgmma_step(bn, ptx, self.a_m_major, !self.b_k_major));
         src.push_str(KERNEL_SOURCE);
         src
     }
@@ -179,7 +182,7 @@ impl KernelConfig {
 
 /// `d += A·B` for one k16 step of an m64n`bn` tile: the inline-PTX wrapper, one `"+f"` operand
 /// per accumulator register.
-fn wgmma_step(bn: u32, ptx_type: &str, transpose_b: bool) -> String {
+fn wgmma_step(bn: u32, ptx_type: &str, transpose_a: bool, transpose_b: bool) -> String {
     let regs = bn / 2;
     let outs = (0..regs)
         .map(|i| format!("%{i}"))
@@ -193,12 +196,13 @@ fn wgmma_step(bn: u32, ptx_type: &str, transpose_b: bool) -> String {
         "__device__ __forceinline__ void wgmma_step(float (&d)[{regs}], u64 desc_a, u64 desc_b) {{\n\
          asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{scale}, 0; \
          wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ptx_type}.{ptx_type} \
-         {{{outs}}}, %{regs}, %{b}, p, 1, 1, 0, {trans}; }}\"\n\
+         {{{outs}}}, %{regs}, %{b}, p, 1, 1, {trans_a}, {trans_b}; }}\"\n\
          : {operands}\n\
          : \"l\"(desc_a), \"l\"(desc_b), \"r\"(1));\n}}\n",
         b = regs + 1,
         scale = regs + 2,
-        trans = transpose_b as u32,
+        trans_a = transpose_a as u32,
+        trans_b = transpose_b as u32,
     )
 }
 
@@ -328,6 +332,22 @@ fn row_pitch(shape: &[usize], strides: &[usize]) -> Option<usize> {
     Some(pitch)
 }
 
+/// The distance between consecutive columns of `x` viewed as an `[m, k]` matrix stored
+/// transposed (`[k, m]` row-major, possibly pitched): `None` unless every leading dim is 1,
+/// `m` is unit-stride and the columns do not overlap.
+fn column_pitch(shape: &[usize], strides: &[usize]) -> Option<usize> {
+    let r = shape.len();
+    let (m, k) = (shape[r - 2], shape[r - 1]);
+    if shape[..r - 2].iter().any(|&d| d != 1) || (m > 1 && strides[r - 2] != 1) {
+        return None;
+    }
+    match k {
+        1 => Some(m.next_multiple_of(8)),
+        _ if strides[r - 1] < m => None,
+        _ => Some(strides[r - 1]),
+    }
+}
+
 /// Runs `args` with `tiling`, or says why this kernel does not apply (nothing launched then).
 pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Result<(), String> {
     let client = &args.x.client;
@@ -348,7 +368,14 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if w_shape[..rank - 2].iter().any(|&d| d != 1) {
         return Err("batched weight".into());
     }
-    let x_pitch = row_pitch(x_shape, args.x.meta.strides()).ok_or("x rows are not a matrix")?;
+    let (a_m_major, x_pitch) = match row_pitch(x_shape, args.x.meta.strides()) {
+        Some(pitch) => (false, pitch),
+        None => (
+            true,
+            column_pitch(x_shape, args.x.meta.strides())
+                .ok_or("x is neither rows of k nor a transposed [k, m] matrix")?,
+        ),
+    };
     // Rows may be padded (CubeCL pitches allocations): TMA takes any 16-byte row pitch.
     let (b_k_major, w_pitch) = match (w_strides[rank - 2], w_strides[rank - 1]) {
         (s, 1) if s >= n => (false, s),
@@ -363,6 +390,11 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     }
     if !is_aligned(&args.x) || !is_aligned(&args.w) || !is_aligned(&args.out) {
         return Err("operands not 16-byte aligned".into());
+    }
+    if let Some(gate) = &args.gate
+        && !is_contiguous(gate.meta.shape(), gate.meta.strides())
+    {
+        return Err("gate is strided".into());
     }
     if let Some(bias) = &args.bias
         && bias.meta.strides().last() != Some(&1)
@@ -388,13 +420,16 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     let config = KernelConfig {
         tiling,
         half,
+        a_m_major,
         b_k_major,
     };
     let bn = tiling.bn as usize;
     let mut kernel_args = KernelArguments::new();
-    kernel_args
-        .tensor_maps
-        .push(tensor_map(&args.x, [m, k, x_pitch], [BM, BK]));
+    kernel_args.tensor_maps.push(if a_m_major {
+        tensor_map(&args.x, [k, m, x_pitch], [BK, 64])
+    } else {
+        tensor_map(&args.x, [m, k, x_pitch], [BM, BK])
+    });
     kernel_args.tensor_maps.push(if b_k_major {
         tensor_map(&args.w, [n, k, w_pitch], [bn, BK])
     } else {
@@ -411,12 +446,20 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
             .binding(),
         args.pre
             .as_ref()
-            .map_or(out, |p| p.handle.clone())
+            .map_or(out.clone(), |p| p.handle.clone())
+            .binding(),
+        args.gate
+            .as_ref()
+            .map_or(out, |g| g.handle.clone())
             .binding(),
     ];
+    if args.epilogue.gated() != args.gate.is_some() {
+        return Err("a gate goes with the relu-backward epilogue".into());
+    }
     let flags = args.bias.is_some() as u64
         | (args.pre.is_some() as u64) << 1
-        | (matches!(args.epilogue, Epilogue::Relu) as u64) << 2;
+        | (args.epilogue.relu() as u64) << 2
+        | (args.epilogue.gated() as u64) << 3;
     // `Params { m, n, k, flags }` as four u32, passed by value (no dynamic metadata).
     let data = vec![m as u64 | (n as u64) << 32, k as u64 | flags << 32];
     kernel_args.info = MetadataBindingInfo::new(data, 2);
@@ -438,6 +481,7 @@ mod tests {
         let config = KernelConfig {
             tiling: WGMMA_TILINGS[0],
             half: Half::Bf16,
+            a_m_major: false,
             b_k_major: false,
         };
         let source = config.source();
@@ -459,6 +503,16 @@ mod tests {
         assert_eq!(row_pitch(&[4, 8], &[1, 4]), None, "transposed");
         assert_eq!(row_pitch(&[4, 8], &[4, 1]), None, "overlapping rows");
         assert_eq!(row_pitch(&[3, 1, 8], &[8, 8, 1]), Some(8));
+    }
+
+    #[test]
+    fn column_pitch_reads_transposed_matrices_only() {
+        assert_eq!(column_pitch(&[8, 4], &[1, 8]), Some(8), "xᵀ of a [4, 8] x");
+        assert_eq!(column_pitch(&[1, 8, 4], &[32, 1, 8]), Some(8));
+        assert_eq!(column_pitch(&[8, 4], &[1, 16]), Some(16), "pitched");
+        assert_eq!(column_pitch(&[8, 4], &[4, 1]), None, "row-major");
+        assert_eq!(column_pitch(&[2, 8, 4], &[32, 1, 8]), None, "batched");
+        assert_eq!(column_pitch(&[8, 4], &[1, 4]), None, "overlapping columns");
     }
 
     #[test]

@@ -10,15 +10,17 @@
 // reading it.
 //
 // Shared-memory layouts are the canonical 128-byte-swizzled wgmma layouts that TMA writes with
-// CU_TENSOR_MAP_SWIZZLE_128B: x as K-major [BM][64]; w either N-major (Burn's [K, N] weight,
-// BN/64 boxes of [64 k][64 n], transposed operand B) or K-major ([N, K] storage, one [BN][64] box).
+// CU_TENSOR_MAP_SWIZZLE_128B: x either K-major ([M, K] storage, one [BM][64] box) or M-major
+// (a transposed view of [K, M] storage, as in a weight gradient xᵀ·dy: two boxes of
+// [64 k][64 m], transposed operand A); w either N-major (Burn's [K, N] weight, BN/64 boxes of
+// [64 k][64 n], transposed operand B) or K-major ([N, K] storage, one [BN][64] box).
 //
 // With TMA_STORE, each consumer stages its activated 64 × BN tile in shared memory (swizzled
 // like TMA's 128-byte mode) and one thread stores it with TMA: coalesced, and asynchronous, so
 // the next tile's MMAs start while it drains. Without it, threads store from registers.
 //
 // Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, BN, STAGES, GROUP_M,
-// B_K_MAJOR, TMA_STORE and
+// A_M_MAJOR, B_K_MAJOR, TMA_STORE and
 // wgmma_step(d, desc_a, desc_b).
 
 #define BM 128
@@ -33,7 +35,7 @@ struct Params {
     u32 m;
     u32 n;
     u32 k;
-    u32 flags; // bit 0: bias, bit 1: write pre, bit 2: relu
+    u32 flags; // bit 0: bias, bit 1: write pre, bit 2: relu, bit 3: gate (relu backward)
 };
 
 __device__ __forceinline__ u32 smem_addr(const void* ptr) {
@@ -121,6 +123,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     ELEM* out,
     const ELEM* __restrict__ bias,
     ELEM* pre,
+    const ELEM* __restrict__ gate,
     const __grid_constant__ Params p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // The swizzle pattern is a function of address bits 4..9: stages start on 1024 bytes.
@@ -162,7 +165,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                     const u32 sa = base + s * STAGE_BYTES;
                     const u32 sb = sa + A_STAGE_BYTES;
                     mbar_expect_tx(full + s * 8, STAGE_BYTES);
+#if A_M_MAJOR
+                    tma_load_2d(sa, &tm_a, full + s * 8, (int)m0, (int)(kt * BK));
+                    tma_load_2d(sa + 64 * BK * 2, &tm_a, full + s * 8, (int)(m0 + 64),
+                                (int)(kt * BK));
+#else
                     tma_load_2d(sa, &tm_a, full + s * 8, (int)(kt * BK), (int)m0);
+#endif
 #if B_K_MAJOR
                     tma_load_2d(sb, &tm_b, full + s * 8, (int)(kt * BK), (int)n0);
 #else
@@ -185,6 +194,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
         const bool has_bias = (p.flags & 1u) != 0;
         const bool write_pre = (p.flags & 2u) != 0;
         const bool relu = (p.flags & 4u) != 0;
+        const bool gated = (p.flags & 8u) != 0;
         float d[BN / 2];
         u32 it = 0;
         for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -202,7 +212,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 wgmma_fence();
 #pragma unroll
                 for (u32 kk = 0; kk < BK / 16; ++kk) {
+#if A_M_MAJOR
+                    const u64 da = make_desc(sa + kk * (16 * 128), 64 * BK * 2, 1024);
+#else
                     const u64 da = make_desc(sa + kk * 32, 16, 1024);
+#endif
 #if B_K_MAJOR
                     const u64 db = make_desc(sb + kk * 32, 16, 1024);
 #else
@@ -258,6 +272,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                         // Keeps NaN, like Burn's relu (never fmaxf).
                         v0 = v0 <= 0.0f ? 0.0f : v0;
                         v1 = v1 <= 0.0f ? 0.0f : v1;
+                    }
+                    if (gated && inside) {
+                        // Relu's backward: zero where the forward's pre-activation is <= 0
+                        // (a NaN gate keeps the value, like Burn's mask_fill).
+                        v0 = TO_F32(gate[idx]) <= 0.0f ? 0.0f : v0;
+                        v1 = TO_F32(gate[idx + 1]) <= 0.0f ? 0.0f : v1;
                     }
                     ELEM2 packed = PACK2(v0, v1);
 #if TMA_STORE

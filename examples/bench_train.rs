@@ -1,0 +1,258 @@
+//! One MLP training step (Linear-ReLU-Linear-ReLU-Linear, MSE loss, forward + backward):
+//! `Autodiff<Hypatia<B>>` vs `Autodiff<B>` (Burn's fusion on), side by side in one process per
+//! dtype. Medians of `--runs` timed batches of `--steps` steps, every gradient kept alive until
+//! `sync`, after a warm-up that lets autotune settle. Memory: the device's bytes in use at the
+//! step's high points (after the forward, with the activations autodiff keeps, and after the
+//! backward, with every gradient) above what was in use before the step.
+//!
+//! ```text
+//! cargo run --release --features cuda --example bench_train -- --dtypes f32,bf16 --json out.json
+//! ```
+
+use burn::backend::Autodiff;
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Element, bf16, f16};
+use clap::Parser;
+use std::time::Instant;
+
+#[cfg(not(feature = "cuda"))]
+mod runtime {
+    pub type Runtime = cubecl::wgpu::WgpuRuntime;
+    pub type PlainOf<F> = burn::backend::Wgpu<F, i32>;
+}
+#[cfg(feature = "cuda")]
+mod runtime {
+    pub type Runtime = cubecl::cuda::CudaRuntime;
+    pub type PlainOf<F> = burn::backend::Cuda<F, i32>;
+}
+use runtime::*;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Element types, comma separated: f32, f16, bf16.
+    #[arg(long, default_value = "f32,bf16")]
+    dtypes: String,
+    /// MLPs as batch:d_in:hidden:d_out, comma separated.
+    #[arg(long, default_value = "1024:784:2048:10,8192:1024:4096:1024")]
+    mlps: String,
+    /// Steps per timed batch.
+    #[arg(long, default_value_t = 10)]
+    steps: usize,
+    /// Timed batches (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Leave out the table header (used for the per-dtype child processes).
+    #[arg(long)]
+    no_header: bool,
+}
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    layers: Vec<Linear<B>>,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(d_in: usize, hidden: usize, d_out: usize, device: &B::Device) -> Self {
+        let widths = [d_in, hidden, hidden, d_out];
+        let layers = widths
+            .windows(2)
+            .map(|w| LinearConfig::new(w[0], w[1]).init(device))
+            .collect();
+        Self { layers }
+    }
+
+    fn forward(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(x);
+            if i + 1 < self.layers.len() {
+                x = relu(x);
+            }
+        }
+        x
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn bytes_in_use(device: &<Runtime as cubecl::Runtime>::Device) -> u64 {
+    use cubecl::Runtime as _;
+    Runtime::client(device)
+        .memory_usage()
+        .map_or(0, |u| u.bytes_in_use)
+}
+
+/// Step time (ms, median) and memory high-water (MiB) of `Autodiff<B>` on one MLP.
+fn time<B: AutodiffBackend>(spec: [usize; 4], args: &Args) -> (f64, f64)
+where
+    B::Device: Into<<Runtime as cubecl::Runtime>::Device> + Clone,
+{
+    let [batch, d_in, hidden, d_out] = spec;
+    let device = B::Device::default();
+    let model = Mlp::<B>::new(d_in, hidden, d_out, &device);
+    let dtype = B::FloatElem::dtype();
+    let x = Tensor::<B, 2>::random(
+        [batch, d_in],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    assert_eq!(x.dtype(), dtype, "one float dtype per process (Burn 0.21)");
+    let target = Tensor::<B, 2>::random(
+        [batch, d_out],
+        burn::tensor::Distribution::Normal(0.0, 1.0),
+        &device,
+    );
+    let step = || {
+        let diff = model.forward(x.clone()) - target.clone();
+        let loss = diff.powi_scalar(2).mean();
+        loss.backward()
+    };
+    let sync = || B::sync(&device).expect("sync");
+    let batch_ms = || {
+        let start = Instant::now();
+        let grads: Vec<_> = (0..args.steps).map(|_| step()).collect();
+        sync();
+        let ms = start.elapsed().as_secs_f64() * 1e3 / args.steps as f64;
+        drop(grads);
+        ms
+    };
+    for _ in 0..3 {
+        batch_ms();
+    }
+    let ms = median((0..args.runs).map(|_| batch_ms()).collect());
+    // Memory: one step at a time, sampled at its high points.
+    let memory_device: <Runtime as cubecl::Runtime>::Device = device.clone().into();
+    sync();
+    let before = bytes_in_use(&memory_device);
+    let diff = model.forward(x.clone()) - target.clone();
+    let loss = diff.powi_scalar(2).mean();
+    sync();
+    let forward = bytes_in_use(&memory_device);
+    let grads = loss.backward();
+    sync();
+    let backward = bytes_in_use(&memory_device);
+    drop(grads);
+    let high = forward.max(backward).saturating_sub(before);
+    (ms, high as f64 / (1 << 20) as f64)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Row {
+    mlp: String,
+    dtype: String,
+    hypatia_ms: f64,
+    burn_ms: f64,
+    hypatia_mib: f64,
+    burn_mib: f64,
+    /// Fused steps per training step: forward linear-relu, relu gradients, plain matmuls.
+    fused_per_step: [f64; 3],
+}
+
+fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
+    let device = burn::tensor::Device::<PlainOf<F>>::default();
+    let dtype = format!("{:?}", F::dtype()).to_lowercase();
+    for mlp in args.mlps.split(',') {
+        let spec: Vec<usize> = mlp
+            .split(':')
+            .map(|d| d.parse().expect("batch:d_in:hidden:d_out"))
+            .collect();
+        let spec = [spec[0], spec[1], spec[2], spec[3]];
+        let patterns = ["linear-relu", "matmul-relu-grad", "matmul"];
+        let count = || patterns.map(|p| hypatia::stats(&device).executed(p));
+        let before = count();
+        let (hypatia_ms, hypatia_mib) = time::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args);
+        let after = count();
+        let (burn_ms, burn_mib) = time::<Autodiff<PlainOf<F>>>(spec, args);
+        // Warm-up, timed and memory steps.
+        let steps = ((3 + args.runs) * args.steps + 1) as f64;
+        let fused_per_step = [0, 1, 2].map(|i| (after[i] - before[i]) as f64 / steps);
+        let flops =
+            6.0 * (spec[0] * (spec[1] * spec[2] + spec[2] * spec[2] + spec[2] * spec[3])) as f64;
+        let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;
+        println!(
+            "{mlp:<22} {dtype:>5} {hypatia_ms:>9.4} {burn_ms:>9.4} {:>7.2}x {:>7.1} {:>7.1} {hypatia_mib:>9.1} {burn_mib:>9.1}  {:.1}/{:.1}/{:.1}",
+            burn_ms / hypatia_ms,
+            tflops(hypatia_ms),
+            tflops(burn_ms),
+            fused_per_step[0],
+            fused_per_step[1],
+            fused_per_step[2],
+        );
+        rows.push(Row {
+            mlp: mlp.to_string(),
+            dtype: dtype.clone(),
+            hypatia_ms,
+            burn_ms,
+            hypatia_mib,
+            burn_mib,
+            fused_per_step,
+        });
+    }
+}
+
+/// Runs one dtype in a child process (Burn 0.21 fixes a device's float dtype at the first
+/// tensor of the process) and returns its rows.
+fn run_child(args: &Args, dtype: &str) -> Vec<Row> {
+    let json =
+        std::env::temp_dir().join(format!("bench_train_{}_{dtype}.json", std::process::id()));
+    let status = std::process::Command::new(std::env::current_exe().expect("own path"))
+        .args(["--dtypes", dtype, "--mlps", &args.mlps, "--no-header"])
+        .args(["--steps", &args.steps.to_string()])
+        .args(["--runs", &args.runs.to_string()])
+        .arg("--json")
+        .arg(&json)
+        .status()
+        .expect("spawn the benchmark for one dtype");
+    assert!(status.success(), "{dtype} benchmark failed");
+    let rows = std::fs::read_to_string(&json).expect("child's json");
+    let _ = std::fs::remove_file(&json);
+    serde_json::from_str(&rows).expect("child's rows")
+}
+
+fn main() {
+    let args = Args::parse();
+    if !args.no_header {
+        println!(
+            "{:<22} {:>5} {:>9} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9}  fused/step (linear-relu/relu-grad/matmul)",
+            "batch:d_in:hidden:d_out",
+            "dtype",
+            "hypatia",
+            "burn",
+            "vs burn",
+            "TF/s hy",
+            "TF/s bu",
+            "MiB hy",
+            "MiB bu"
+        );
+    }
+    let dtypes: Vec<&str> = args.dtypes.split(',').collect();
+    let mut rows = Vec::new();
+    if let [dtype] = dtypes.as_slice() {
+        match *dtype {
+            "f32" => run::<f32>(&args, &mut rows),
+            "f16" => run::<f16>(&args, &mut rows),
+            "bf16" => run::<bf16>(&args, &mut rows),
+            other => panic!("unknown dtype {other}"),
+        }
+    } else {
+        for dtype in dtypes {
+            rows.extend(run_child(&args, dtype));
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&rows).expect("rows serialise"),
+        )
+        .expect("write the json");
+    }
+}
