@@ -11,22 +11,15 @@
 //! ```
 
 use burn::prelude::*;
+use burn::tensor::Element;
 use burn::tensor::activation::relu;
-use burn::tensor::{Element, bf16, f16};
 use clap::Parser;
 use std::time::Instant;
 
-#[cfg(not(feature = "cuda"))]
-mod runtime {
-    pub type Runtime = cubecl::wgpu::WgpuRuntime;
-    pub type PlainOf<F> = burn::backend::Wgpu<F, i32>;
-}
-#[cfg(feature = "cuda")]
-mod runtime {
-    pub type Runtime = cubecl::cuda::CudaRuntime;
-    pub type PlainOf<F> = burn::backend::Cuda<F, i32>;
-}
-use runtime::*;
+#[path = "common/bench.rs"]
+mod bench;
+use bench::runtime::*;
+use bench::{PerDtype, median, rows_for, write_json};
 
 type Bare<F> = burn_cubecl::CubeBackend<Runtime, F, i32, u8>;
 
@@ -57,11 +50,6 @@ struct Args {
     /// (e.g. `wgmma 128x256 s4 g1,wgmma 128x256 s4 g16 persistent`): one line each.
     #[arg(long, default_value = "")]
     candidates: String,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 /// Medians over timed batches: wall time per launch until `sync`, and the host's share of it
@@ -280,29 +268,10 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
     }
 }
 
-/// Runs one dtype in a child process and returns its rows: Burn 0.21 fixes a device's float
-/// dtype at the first tensor of the process, so a second dtype in the same process would
-/// silently run in the first one's.
-fn run_child(args: &Args, dtype: &str) -> Vec<Row> {
-    let json =
-        std::env::temp_dir().join(format!("bench_linear_{}_{dtype}.json", std::process::id()));
-    let status = std::process::Command::new(std::env::current_exe().expect("own path"))
-        .args(["--dtypes", dtype, "--shapes", &args.shapes, "--no-header"])
-        .args([
-            "--iters",
-            &args.iters.to_string(),
-            "--runs",
-            &args.runs.to_string(),
-        ])
-        .args(["--candidates", &args.candidates])
-        .arg("--json")
-        .arg(&json)
-        .status()
-        .expect("spawn the benchmark for one dtype");
-    assert!(status.success(), "{dtype} benchmark failed");
-    let rows = std::fs::read_to_string(&json).expect("child's json");
-    let _ = std::fs::remove_file(&json);
-    serde_json::from_str(&rows).expect("child's rows")
+impl PerDtype<Row> for Args {
+    fn run<F: burn_cubecl::FloatElement>(&self, rows: &mut Vec<Row>) {
+        run::<F>(self, rows)
+    }
 }
 
 fn main() {
@@ -323,21 +292,16 @@ fn main() {
             "host bu"
         );
     }
-    let dtypes: Vec<&str> = args.dtypes.split(',').collect();
-    let mut rows = Vec::new();
-    if let [dtype] = dtypes.as_slice() {
-        match *dtype {
-            "f32" => run::<f32>(&args, &mut rows),
-            "f16" => run::<f16>(&args, &mut rows),
-            "bf16" => run::<bf16>(&args, &mut rows),
-            other => panic!("unknown dtype {other}"),
-        }
-    } else {
-        for dtype in dtypes {
-            rows.extend(run_child(&args, dtype));
-        }
-    }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows).unwrap()).expect("write json");
-    }
+    let child_args = [
+        "--shapes".to_string(),
+        args.shapes.clone(),
+        "--iters".to_string(),
+        args.iters.to_string(),
+        "--runs".to_string(),
+        args.runs.to_string(),
+        "--candidates".to_string(),
+        args.candidates.clone(),
+    ];
+    let rows = rows_for(&args.dtypes, &child_args, &args);
+    write_json(args.json.as_deref(), &rows);
 }

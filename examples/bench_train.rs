@@ -13,23 +13,16 @@ use burn::backend::Autodiff;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
+use burn::tensor::Element;
 use burn::tensor::activation::relu;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Element, bf16, f16};
 use clap::Parser;
 use std::time::Instant;
 
-#[cfg(not(feature = "cuda"))]
-mod runtime {
-    pub type Runtime = cubecl::wgpu::WgpuRuntime;
-    pub type PlainOf<F> = burn::backend::Wgpu<F, i32>;
-}
-#[cfg(feature = "cuda")]
-mod runtime {
-    pub type Runtime = cubecl::cuda::CudaRuntime;
-    pub type PlainOf<F> = burn::backend::Cuda<F, i32>;
-}
-use runtime::*;
+#[path = "common/bench.rs"]
+mod bench;
+use bench::runtime::*;
+use bench::{PerDtype, median, rows_for, write_json};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -77,11 +70,6 @@ impl<B: Backend> Mlp<B> {
         }
         x
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn bytes_in_use(device: &<Runtime as cubecl::Runtime>::Device) -> u64 {
@@ -199,23 +187,10 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
     }
 }
 
-/// Runs one dtype in a child process (Burn 0.21 fixes a device's float dtype at the first
-/// tensor of the process) and returns its rows.
-fn run_child(args: &Args, dtype: &str) -> Vec<Row> {
-    let json =
-        std::env::temp_dir().join(format!("bench_train_{}_{dtype}.json", std::process::id()));
-    let status = std::process::Command::new(std::env::current_exe().expect("own path"))
-        .args(["--dtypes", dtype, "--mlps", &args.mlps, "--no-header"])
-        .args(["--steps", &args.steps.to_string()])
-        .args(["--runs", &args.runs.to_string()])
-        .arg("--json")
-        .arg(&json)
-        .status()
-        .expect("spawn the benchmark for one dtype");
-    assert!(status.success(), "{dtype} benchmark failed");
-    let rows = std::fs::read_to_string(&json).expect("child's json");
-    let _ = std::fs::remove_file(&json);
-    serde_json::from_str(&rows).expect("child's rows")
+impl PerDtype<Row> for Args {
+    fn run<F: burn_cubecl::FloatElement>(&self, rows: &mut Vec<Row>) {
+        run::<F>(self, rows)
+    }
 }
 
 fn main() {
@@ -234,25 +209,14 @@ fn main() {
             "MiB bu"
         );
     }
-    let dtypes: Vec<&str> = args.dtypes.split(',').collect();
-    let mut rows = Vec::new();
-    if let [dtype] = dtypes.as_slice() {
-        match *dtype {
-            "f32" => run::<f32>(&args, &mut rows),
-            "f16" => run::<f16>(&args, &mut rows),
-            "bf16" => run::<bf16>(&args, &mut rows),
-            other => panic!("unknown dtype {other}"),
-        }
-    } else {
-        for dtype in dtypes {
-            rows.extend(run_child(&args, dtype));
-        }
-    }
-    if let Some(path) = &args.json {
-        std::fs::write(
-            path,
-            serde_json::to_string_pretty(&rows).expect("rows serialise"),
-        )
-        .expect("write the json");
-    }
+    let child_args = [
+        "--mlps".to_string(),
+        args.mlps.clone(),
+        "--steps".to_string(),
+        args.steps.to_string(),
+        "--runs".to_string(),
+        args.runs.to_string(),
+    ];
+    let rows = rows_for(&args.dtypes, &child_args, &args);
+    write_json(args.json.as_deref(), &rows);
 }

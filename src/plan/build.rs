@@ -61,12 +61,23 @@ pub struct Planned {
 }
 
 /// What a device lets the planner claim.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PlanOptions {
     /// Claim plain matmuls (weight gradients, a Linear without activation). Worth it where
     /// Hypatia's engine can beat Burn's matmul (matrix units); elsewhere such a claim would
     /// only run Burn's matmul and keep Burn's matmul fusion from the ops around it.
     pub plain_matmuls: bool,
+    /// Claim relu's backward (`matmul-relu-grad`).
+    pub relu_grads: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self {
+            plain_matmuls: false,
+            relu_grads: true,
+        }
+    }
 }
 
 /// Capture → rewrite → plan for one window: lower it, saturate under `limits`, extract, plan.
@@ -77,9 +88,11 @@ pub fn plan_window(window: &Window, limits: &Limits, options: PlanOptions) -> Pl
     let mut lowered = lower(window);
     let saturated = saturate(std::mem::take(&mut lowered.egraph), limits);
     let mut candidates = find_candidates(window, &lowered, &saturated);
-    if !options.plain_matmuls {
-        candidates.retain(|c| c.epilogue != Epilogue::Identity);
-    }
+    candidates.retain(|c| match c.epilogue {
+        Epilogue::Identity => options.plain_matmuls,
+        Epilogue::ReluGrad => options.relu_grads,
+        Epilogue::Relu => true,
+    });
     Planned {
         claim: build_plan(window, &candidates),
         stop_reason: saturated.stop_reason,

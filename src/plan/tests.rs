@@ -8,6 +8,7 @@ use burn_ir::{TensorId, TensorStatus};
 /// Forward patterns only, as on a device without matrix units.
 const OPTIONS: PlanOptions = PlanOptions {
     plain_matmuls: false,
+    relu_grads: true,
 };
 
 fn plan(ir: &IrBuilder, outputs: &[T]) -> Claim {

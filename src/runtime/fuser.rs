@@ -63,7 +63,9 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
 
     fn analyze(&mut self) {
         let options = PlanOptions {
-            plain_matmuls: self.matrix_units || execution_policy() != ExecutionPolicy::Auto,
+            plain_matmuls: (self.matrix_units || execution_policy() != ExecutionPolicy::Auto)
+                && !disabled("matmul"),
+            relu_grads: !disabled("matmul-relu-grad"),
         };
         if let Claim::Fused(plan) =
             plan_cached(&self.window, options, &stats::device_key(&self.device))
@@ -72,6 +74,22 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             self.claim = Some(Arc::new(plan));
         }
     }
+}
+
+/// Whether `HYPATIA_DISABLE` (comma-separated pattern names, e.g. `matmul,matmul-relu-grad`)
+/// turns `pattern` off: for measuring what each pattern is worth.
+fn disabled(pattern: &str) -> bool {
+    static DISABLED: OnceLock<Vec<String>> = OnceLock::new();
+    DISABLED
+        .get_or_init(|| {
+            std::env::var("HYPATIA_DISABLE")
+                .unwrap_or_default()
+                .split(',')
+                .map(|p| p.trim().to_string())
+                .collect()
+        })
+        .iter()
+        .any(|p| p == pattern)
 }
 
 type ClaimCache = Mutex<HashMap<String, Claim>>;

@@ -1,0 +1,83 @@
+//! What the benchmark examples share: the runtime, medians, and one child process per dtype.
+
+#[cfg(not(feature = "cuda"))]
+pub mod runtime {
+    pub type Runtime = cubecl::wgpu::WgpuRuntime;
+    pub type PlainOf<F> = burn::backend::Wgpu<F, i32>;
+}
+#[cfg(feature = "cuda")]
+pub mod runtime {
+    pub type Runtime = cubecl::cuda::CudaRuntime;
+    pub type PlainOf<F> = burn::backend::Cuda<F, i32>;
+}
+
+/// A benchmark that runs for one float type at a time.
+pub trait PerDtype<Row> {
+    /// Appends the rows of float type `F`.
+    fn run<F: burn_cubecl::FloatElement>(&self, rows: &mut Vec<Row>);
+}
+
+/// The median of `v`.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Runs this benchmark for one dtype in a child process (Burn 0.21 fixes a device's float
+/// dtype at the first tensor of the process, so a second dtype in the same process would
+/// silently run in the first one's) with `args` plus `--dtypes`, `--no-header` and `--json`,
+/// and returns the rows it wrote.
+pub fn run_child<Row: serde::de::DeserializeOwned>(dtype: &str, args: &[String]) -> Vec<Row> {
+    let exe = std::env::current_exe().expect("own path");
+    let name = exe
+        .file_name()
+        .expect("a file")
+        .to_string_lossy()
+        .to_string();
+    let json = std::env::temp_dir().join(format!("{name}_{}_{dtype}.json", std::process::id()));
+    let status = std::process::Command::new(&exe)
+        .args(args)
+        .args(["--dtypes", dtype, "--no-header", "--json"])
+        .arg(&json)
+        .status()
+        .expect("spawn the benchmark for one dtype");
+    assert!(status.success(), "{dtype} benchmark failed");
+    let rows = std::fs::read_to_string(&json).expect("child's json");
+    let _ = std::fs::remove_file(&json);
+    serde_json::from_str(&rows).expect("child's rows")
+}
+
+/// Writes `rows` as pretty JSON to `path`, if given.
+pub fn write_json<Row: serde::Serialize>(path: Option<&std::path::Path>, rows: &[Row]) {
+    if let Some(path) = path {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(rows).expect("rows serialise"),
+        )
+        .expect("write the json");
+    }
+}
+
+/// The rows for `dtypes` (comma separated): one dtype runs here through `bench`, several run
+/// one child process each with `child_args`.
+pub fn rows_for<Row: serde::de::DeserializeOwned>(
+    dtypes: &str,
+    child_args: &[String],
+    bench: &impl PerDtype<Row>,
+) -> Vec<Row> {
+    use burn::tensor::{bf16, f16};
+    let dtypes: Vec<&str> = dtypes.split(',').collect();
+    let mut rows = Vec::new();
+    match dtypes.as_slice() {
+        ["f32"] => bench.run::<f32>(&mut rows),
+        ["f16"] => bench.run::<f16>(&mut rows),
+        ["bf16"] => bench.run::<bf16>(&mut rows),
+        [other] => panic!("unknown dtype {other}"),
+        _ => {
+            for dtype in dtypes {
+                rows.extend(run_child::<Row>(dtype, child_args));
+            }
+        }
+    }
+    rows
+}
