@@ -292,16 +292,6 @@ fn main() {
             "host bu"
         );
     }
-    let child_args = [
-        "--shapes".to_string(),
-        args.shapes.clone(),
-        "--iters".to_string(),
-        args.iters.to_string(),
-        "--runs".to_string(),
-        args.runs.to_string(),
-        "--candidates".to_string(),
-        args.candidates.clone(),
-    ];
-    let rows = rows_for(&args.dtypes, &child_args, &args);
+    let rows = rows_for(&args.dtypes, &args);
     write_json(args.json.as_deref(), &rows);
 }

@@ -209,14 +209,6 @@ fn main() {
             "MiB bu"
         );
     }
-    let child_args = [
-        "--mlps".to_string(),
-        args.mlps.clone(),
-        "--steps".to_string(),
-        args.steps.to_string(),
-        "--runs".to_string(),
-        args.runs.to_string(),
-    ];
-    let rows = rows_for(&args.dtypes, &child_args, &args);
+    let rows = rows_for(&args.dtypes, &args);
     write_json(args.json.as_deref(), &rows);
 }

@@ -23,11 +23,29 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// This process's arguments without `--dtypes`, `--json` and `--no-header` (and their values).
+fn passed_on_args() -> Vec<String> {
+    let mut args = Vec::new();
+    let mut skip_value = false;
+    for arg in std::env::args().skip(1) {
+        let name = arg.split('=').next().unwrap_or_default();
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        match name {
+            "--dtypes" | "--json" => skip_value = !arg.contains('='),
+            "--no-header" => {}
+            _ => args.push(arg),
+        }
+    }
+    args
+}
+
 /// Runs this benchmark for one dtype in a child process (Burn 0.21 fixes a device's float
 /// dtype at the first tensor of the process, so a second dtype in the same process would
-/// silently run in the first one's) with `args` plus `--dtypes`, `--no-header` and `--json`,
-/// and returns the rows it wrote.
-pub fn run_child<Row: serde::de::DeserializeOwned>(dtype: &str, args: &[String]) -> Vec<Row> {
+/// silently run in the first one's) with this process's other arguments, and returns the rows
+/// it wrote.
+fn run_child<Row: serde::de::DeserializeOwned>(dtype: &str) -> Vec<Row> {
     let exe = std::env::current_exe().expect("own path");
     let name = exe
         .file_name()
@@ -36,7 +54,7 @@ pub fn run_child<Row: serde::de::DeserializeOwned>(dtype: &str, args: &[String])
         .to_string();
     let json = std::env::temp_dir().join(format!("{name}_{}_{dtype}.json", std::process::id()));
     let status = std::process::Command::new(&exe)
-        .args(args)
+        .args(passed_on_args())
         .args(["--dtypes", dtype, "--no-header", "--json"])
         .arg(&json)
         .status()
@@ -59,10 +77,9 @@ pub fn write_json<Row: serde::Serialize>(path: Option<&std::path::Path>, rows: &
 }
 
 /// The rows for `dtypes` (comma separated): one dtype runs here through `bench`, several run
-/// one child process each with `child_args`.
+/// one child process each.
 pub fn rows_for<Row: serde::de::DeserializeOwned>(
     dtypes: &str,
-    child_args: &[String],
     bench: &impl PerDtype<Row>,
 ) -> Vec<Row> {
     use burn::tensor::{bf16, f16};
@@ -75,7 +92,7 @@ pub fn rows_for<Row: serde::de::DeserializeOwned>(
         [other] => panic!("unknown dtype {other}"),
         _ => {
             for dtype in dtypes {
-                rows.extend(run_child::<Row>(dtype, child_args));
+                rows.extend(run_child::<Row>(dtype));
             }
         }
     }

@@ -82,17 +82,14 @@ pub fn store_epilogue<F: Float>(
     pre: &mut Tensor<F>,
     #[comptime] flags: EpilogueFlags,
 ) {
-    let has_bias = flags.has_bias;
-    let write_pre = flags.write_pre;
-    let relu = flags.relu;
     let mut value = accumulator;
-    if has_bias {
+    if flags.has_bias {
         value += f32::cast_from(bias[col * bias.stride(0)]);
     }
-    if write_pre {
+    if flags.write_pre {
         pre[offset] = F::cast_from(value);
     }
-    if relu {
+    if flags.relu {
         value = relu_keep_nan(value);
     }
     if flags.gated {

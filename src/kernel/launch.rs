@@ -1,5 +1,6 @@
 //! Host side of the fused kernel: validate, lay out operands, allocate outputs, launch.
 
+use super::tensor_core::is_contiguous;
 use super::tiled::{CUBE_SIDE, TILE_M, TILE_N, fused_linear_kernel};
 use super::{Epilogue, EpilogueFlags, KernelError, bias_activation_kernel};
 use burn_backend::{DType, Shape};
@@ -204,7 +205,7 @@ pub fn check_gate<R: Runtime>(
     out_shape: &[usize],
     dtype: DType,
 ) -> Result<(), KernelError> {
-    let contiguous = gate.handle.strides.as_ref() == contiguous_strides(&gate.shape).as_slice();
+    let contiguous = is_contiguous(&gate.shape, &gate.handle.strides);
     if gate.shape != out_shape || gate.handle.dtype != dtype || !contiguous {
         return Err(KernelError::UnsupportedGate {
             shape: gate.shape.clone(),

@@ -274,16 +274,17 @@ impl<R: CubeRuntime> LinearArgs<R> {
         self.epilogue == Epilogue::Identity && self.bias.is_none() && self.pre.is_none()
     }
 
-    fn epilogue_inputs<'a>(
-        &self,
-        bias: &'a Option<Operand<R>>,
-        gate: &'a Option<Operand<R>>,
-    ) -> EpilogueInputs<'a, R> {
-        EpilogueInputs {
+    /// Calls `launch` with the epilogue and its bias and gate as kernel operands.
+    fn with_epilogue<T>(&self, launch: impl FnOnce(EpilogueInputs<'_, R>) -> T) -> T {
+        let (bias, gate) = (
+            self.bias.as_ref().map(Self::operand),
+            self.gate.as_ref().map(Self::operand),
+        );
+        launch(EpilogueInputs {
             epilogue: self.epilogue,
             bias: bias.as_ref(),
             gate: gate.as_ref(),
-        }
+        })
     }
 
     /// Runs `matmul` into a scratch buffer, then Hypatia's bias + activation kernel into the
@@ -302,16 +303,14 @@ impl<R: CubeRuntime> LinearArgs<R> {
             self.out.dtype,
         );
         matmul((self.x.clone(), self.w.clone(), product.clone()))?;
-        let (bias, gate) = (
-            self.bias.as_ref().map(Self::operand),
-            self.gate.as_ref().map(Self::operand),
-        );
-        launch_bias_activation_into(
-            &Self::operand(&product),
-            self.epilogue_inputs(&bias, &gate),
-            self.out.clone().into(),
-            self.pre.clone().map(Into::into),
-        );
+        self.with_epilogue(|epilogue| {
+            launch_bias_activation_into(
+                &Self::operand(&product),
+                epilogue,
+                self.out.clone().into(),
+                self.pre.clone().map(Into::into),
+            )
+        });
         Ok(())
     }
 
@@ -321,18 +320,16 @@ impl<R: CubeRuntime> LinearArgs<R> {
         if problem.flops() > TILED_MAX_FLOPS {
             return Err("larger than the unit kernel is tuned on".into());
         }
-        let (bias, gate) = (
-            self.bias.as_ref().map(Self::operand),
-            self.gate.as_ref().map(Self::operand),
-        );
-        launch_fused_linear_into(
-            &problem,
-            &Self::operand(&self.x),
-            &Self::operand(&self.w),
-            self.epilogue_inputs(&bias, &gate),
-            self.out.clone().into(),
-            self.pre.clone().map(Into::into),
-        );
+        self.with_epilogue(|epilogue| {
+            launch_fused_linear_into(
+                &problem,
+                &Self::operand(&self.x),
+                &Self::operand(&self.w),
+                epilogue,
+                self.out.clone().into(),
+                self.pre.clone().map(Into::into),
+            )
+        });
         Ok(())
     }
 

@@ -5,7 +5,7 @@ use crate::capture::{Lowered, OpKind, Window, lower};
 use crate::kernel::Epilogue;
 use crate::rewrite::{CostModel, Limits, Saturated, TensorLang, saturate};
 use burn_ir::{TensorId, TensorStatus};
-use egg::Extractor;
+use egg::{Extractor, Id};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashSet};
 
@@ -140,13 +140,13 @@ pub fn find_candidates(
         .filter_map(
             |root| match extractor.find_best_node(lowered.class_of[root]) {
                 TensorLang::FusedLinearRelu([x, w, b]) => {
-                    Some((*root, Epilogue::Relu, [*x, *w], Some(*b)))
+                    Some((*root, Epilogue::Relu, [*x, *w], [Some(*b), None]))
                 }
                 TensorLang::FusedMatmulReluGrad([x, w, g]) => {
-                    Some((*root, Epilogue::ReluGrad, [*x, *w], Some(*g)))
+                    Some((*root, Epilogue::ReluGrad, [*x, *w], [None, Some(*g)]))
                 }
                 TensorLang::FusedMatmul([x, w]) => {
-                    Some((*root, Epilogue::Identity, [*x, *w], None))
+                    Some((*root, Epilogue::Identity, [*x, *w], [None, None]))
                 }
                 _ => None,
             },
@@ -169,18 +169,16 @@ pub fn find_candidates(
     };
     let mut candidates: Vec<Candidate> = raw
         .into_iter()
-        .filter_map(|(root, epilogue, [x, w], third)| {
-            let third = match third {
-                Some(class) => Some(tensor_of(class)?),
-                None => None,
-            };
-            let gated = epilogue == Epilogue::ReluGrad;
+        .filter_map(|(root, epilogue, [x, w], [bias, gate])| {
+            // An absent operand stays absent; a present one must name a window tensor.
+            let optional =
+                |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
             Some(Candidate {
                 root,
                 x: tensor_of(x)?,
                 w: tensor_of(w)?,
-                bias: third.filter(|_| !gated),
-                gate: third.filter(|_| gated),
+                bias: optional(bias)?,
+                gate: optional(gate)?,
                 epilogue,
             })
         })
@@ -197,28 +195,13 @@ struct Covered {
     /// The matmul side of the bias add and the covered ops computing it.
     matmul_out: TensorId,
     matmul_ops: BTreeSet<usize>,
+    /// The block position the step runs at (see [`position`]).
+    position: usize,
 }
 
 impl Covered {
     fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.candidate.operands()
-    }
-
-    /// The earliest block position the step can run at: after every operand's producer, and
-    /// after every other reader of an operand that the step frees (its last reader).
-    fn position(&self, window: &Window) -> usize {
-        let ops: Vec<usize> = self.ops.iter().copied().collect();
-        let produced = self
-            .operands()
-            .filter_map(|t| window.find_producer(t))
-            .map(|p| p + 1);
-        let released = self
-            .operands()
-            .filter(|&t| window.find_last_status(t, &ops) == Some(TensorStatus::ReadWrite))
-            .flat_map(|t| window.find_readers(t).collect::<Vec<_>>())
-            .filter(|i| !self.ops.contains(i))
-            .map(|i| i + 1);
-        produced.chain(released).max().unwrap_or(0)
     }
 
     fn intermediates<'a>(&'a self, window: &'a Window) -> impl Iterator<Item = TensorId> + 'a {
@@ -252,6 +235,23 @@ fn producers(
         }
     }
     Ok(ops)
+}
+
+/// The earliest block position a step covering `ops` can run at: after every operand's producer,
+/// and after every other reader of an operand that the step frees (its last reader).
+fn position(window: &Window, candidate: &Candidate, ops: &BTreeSet<usize>) -> usize {
+    let ops_list: Vec<usize> = ops.iter().copied().collect();
+    let produced = candidate
+        .operands()
+        .filter_map(|t| window.find_producer(t))
+        .map(|p| p + 1);
+    let released = candidate
+        .operands()
+        .filter(|&t| window.find_last_status(t, &ops_list) == Some(TensorStatus::ReadWrite))
+        .flat_map(|t| window.find_readers(t).collect::<Vec<_>>())
+        .filter(|i| !ops.contains(i))
+        .map(|i| i + 1);
+    produced.chain(released).max().unwrap_or(0)
 }
 
 /// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
@@ -305,6 +305,7 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
             || window.find_last_status(p, &ops_list) == Some(TensorStatus::ReadOnly)
     });
     Ok(Covered {
+        position: position(window, candidate, &ops),
         candidate: candidate.clone(),
         ops,
         pre: pre_kept,
@@ -381,7 +382,7 @@ fn check_interleaved(
         // A step runs at its position: an op before it may read its operands, but not as
         // their last reader (that would free them first).
         let op = &window.ops()[index];
-        let pending = accepted.iter().filter(|a| index < a.position(window));
+        let pending = accepted.iter().filter(|a| index < a.position);
         for a in pending {
             let consumes = op
                 .inputs
@@ -401,7 +402,7 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
     for index in 0..len {
         // Each step at its earliest position, before the op there (in a backward pass the
         // ops after a gradient matmul read its operands, and the last of them frees them).
-        for a in accepted.iter().filter(|a| a.position(window) == index) {
+        for a in accepted.iter().filter(|a| a.position == index) {
             let ops: Vec<usize> = a.ops.iter().copied().collect();
             let reference = |id: TensorId| TensorRef {
                 id,

@@ -160,14 +160,13 @@ fn run_fused<R: CubeRuntime>(
     };
     let write_pre = step.pre.is_some();
     let (outputs, consumed): (_, Vec<TensorRef>) = match kind {
-        Execution::Tiled => {
+        Execution::Tiled | Execution::TensorCore => {
+            let launch = match kind {
+                Execution::Tiled => launch_fused_linear,
+                _ => tensor_core_linear,
+            };
             let (x, w) = (operand(context, &x), operand(context, &w));
-            let outputs = launch_fused_linear(&problem, &x, &w, epilogue, write_pre);
-            (outputs, step.operands().collect())
-        }
-        Execution::TensorCore => {
-            let (x, w) = (operand(context, &x), operand(context, &w));
-            let outputs = tensor_core_linear(&problem, &x, &w, epilogue, write_pre);
+            let outputs = launch(&problem, &x, &w, epilogue, write_pre);
             (outputs, step.operands().collect())
         }
         Execution::Split if step.out == step.matmul_out => {

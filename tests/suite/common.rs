@@ -122,3 +122,20 @@ pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
     let relative = (diff.sqrt() / norm.sqrt().max(1e-30)) as f32;
     assert!(relative <= tol, "relative error {relative} > {tol}");
 }
+
+/// Sets the execution policy and restores the automatic choice when dropped, even when an
+/// assertion fails.
+pub struct PolicyGuard;
+
+impl PolicyGuard {
+    pub fn set(policy: hypatia::kernel::ExecutionPolicy) -> Self {
+        hypatia::kernel::set_execution_policy(policy);
+        Self
+    }
+}
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        hypatia::kernel::set_execution_policy(hypatia::kernel::ExecutionPolicy::Auto);
+    }
+}

@@ -74,16 +74,7 @@ fn keeps_nan_and_inf_like_burn() {
 
 #[test]
 fn split_execution_matches_burn() {
-    use hypatia::kernel::{ExecutionPolicy, set_execution_policy};
-    /// Restores the automatic choice even when an assertion fails.
-    struct Restore;
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            set_execution_policy(ExecutionPolicy::Auto);
-        }
-    }
-    let _restore = Restore;
-    set_execution_policy(ExecutionPolicy::Split);
+    let _policy = PolicyGuard::set(hypatia::kernel::ExecutionPolicy::Split);
     let split = |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.split);
     // Split runs the inner backend's matmul: its precision is Burn's.
     let tol = burn_tolerance(DType::F32);
@@ -111,16 +102,7 @@ fn split_execution_matches_burn() {
 
 #[test]
 fn tensor_core_execution_matches_burn() {
-    use hypatia::kernel::{ExecutionPolicy, set_execution_policy};
-    /// Restores the automatic choice even when an assertion fails.
-    struct Restore;
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            set_execution_policy(ExecutionPolicy::Auto);
-        }
-    }
-    let _restore = Restore;
-    set_execution_policy(ExecutionPolicy::TensorCore);
+    let _policy = PolicyGuard::set(hypatia::kernel::ExecutionPolicy::TensorCore);
     let engine =
         |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.tensor_core);
     // Without matrix units (lavapipe) the engine's autotune keeps Burn's matmul; on CUDA it

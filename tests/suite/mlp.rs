@@ -47,6 +47,11 @@ impl<B: Backend> Mlp<B> {
         }
     }
 
+    /// The three Linear layers, input side first.
+    pub fn layers(&self) -> [&Linear<B>; 3] {
+        [&self.hidden1, &self.hidden2, &self.output]
+    }
+
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let x = self.act.forward(self.hidden1.forward(x));
         let x = self.act.forward(self.hidden2.forward(x));

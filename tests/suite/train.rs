@@ -4,105 +4,46 @@
 
 use super::check::burn_tolerance;
 use super::common::*;
+use super::mlp::Mlp;
 use burn::backend::Autodiff;
-use burn::module::{Module, Param};
-use burn::nn::Linear;
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use burn::tensor::activation::relu;
 use burn::tensor::backend::AutodiffBackend;
-use hypatia::kernel::{ExecutionPolicy, set_execution_policy};
+use hypatia::kernel::ExecutionPolicy;
 
-/// Linear-ReLU-...-Linear with deterministic parameters (the same on every backend).
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    layers: Vec<Linear<B>>,
-}
-
-impl<B: Backend> Mlp<B> {
-    /// Layers `widths[i] → widths[i + 1]`, scaled like Burn's default init.
-    fn new(widths: &[usize], seed: u64, device: &B::Device) -> Self {
-        let layers = widths
-            .windows(2)
-            .enumerate()
-            .map(|(i, w)| {
-                let scale = 1.0 / (w[0] as f32).sqrt();
-                let seed = seed + 10 * i as u64;
-                Linear {
-                    weight: Param::from_tensor(Tensor::from_data(
-                        data(seed, &[w[0], w[1]], scale),
-                        device,
-                    )),
-                    bias: Some(Param::from_tensor(Tensor::from_data(
-                        data(seed + 1, &[w[1]], scale),
-                        device,
-                    ))),
-                }
-            })
-            .collect();
-        Self { layers }
-    }
-
-    fn forward<const D: usize>(&self, mut x: Tensor<B, D>) -> Tensor<B, D> {
-        let last = self.layers.len() - 1;
-        for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(x);
-            if i < last {
-                x = relu(x);
-            }
-        }
-        x
-    }
-
-    /// Every parameter, flattened, in layer order.
-    fn parameters(&self) -> Vec<TensorData> {
-        self.layers
-            .iter()
-            .flat_map(|l| {
-                [
-                    l.weight.val().into_data(),
-                    l.bias
-                        .as_ref()
-                        .expect("built with a bias")
-                        .val()
-                        .into_data(),
-                ]
-            })
-            .collect()
-    }
-}
-
-/// Restores the automatic execution choice even when an assertion fails.
-struct Policy;
-
-impl Policy {
-    fn set(policy: ExecutionPolicy) -> Self {
-        set_execution_policy(policy);
-        Self
-    }
-}
-
-impl Drop for Policy {
-    fn drop(&mut self) {
-        set_execution_policy(ExecutionPolicy::Auto);
-    }
+/// Every parameter of `model`, in layer order.
+fn parameters<B: Backend>(model: &Mlp<B>) -> Vec<TensorData> {
+    model
+        .layers()
+        .iter()
+        .flat_map(|l| {
+            [
+                l.weight.val().into_data(),
+                l.bias
+                    .as_ref()
+                    .expect("built with a bias")
+                    .val()
+                    .into_data(),
+            ]
+        })
+        .collect()
 }
 
 /// The gradient of every parameter and of the input after one MSE backward pass.
 fn gradients<B: AutodiffBackend, const D: usize>(
-    widths: &[usize],
+    widths: [usize; 4],
     x: TensorData,
     target: TensorData,
 ) -> Vec<TensorData> {
     let device = Default::default();
-    let model = Mlp::<B>::new(widths, 3, &device);
+    let model = Mlp::<B>::new(widths, true, &device);
     let x = Tensor::<B, D>::from_data(x, &device).require_grad();
     let target = Tensor::<B, D>::from_data(target, &device);
     let loss = MseLoss::new().forward(model.forward(x.clone()), target, Reduction::Mean);
     let grads = loss.backward();
     let mut all: Vec<TensorData> = model
-        .layers
+        .layers()
         .iter()
         .flat_map(|l| {
             let bias = l.bias.as_ref().expect("built with a bias");
@@ -123,7 +64,7 @@ fn pattern_count(pattern: &str) -> u64 {
 /// One backward pass of odd-sized MLPs, rank 2 and rank 3, with NaN and ±Inf in the input:
 /// every gradient equals Burn's, NaN for NaN.
 fn check_backward(policy: ExecutionPolicy) -> (u64, u64) {
-    let _policy = Policy::set(policy);
+    let _policy = PolicyGuard::set(policy);
     let (grad_before, matmul_before) = (pattern_count("matmul-relu-grad"), pattern_count("matmul"));
     let tol = burn_tolerance(burn::tensor::DType::F32);
     let widths = [33, 65, 17, 9];
@@ -138,8 +79,8 @@ fn check_backward(policy: ExecutionPolicy) -> (u64, u64) {
         }
         let target = data(12, &[batch, widths[3]], 1.0);
         poison::<Fused>(batch * 65 * 4, &device());
-        let fused = gradients::<Autodiff<Fused>, 2>(&widths, x.clone(), target.clone());
-        let plain = gradients::<Autodiff<Plain>, 2>(&widths, x, target);
+        let fused = gradients::<Autodiff<Fused>, 2>(widths, x.clone(), target.clone());
+        let plain = gradients::<Autodiff<Plain>, 2>(widths, x, target);
         for (i, (f, p)) in fused.iter().zip(&plain).enumerate() {
             if specials {
                 // NaN spreads through every weight gradient; the positions must agree.
@@ -153,8 +94,8 @@ fn check_backward(policy: ExecutionPolicy) -> (u64, u64) {
     }
     let x = data(13, &[3, 5, widths[0]], 1.0);
     let target = data(14, &[3, 5, widths[3]], 1.0);
-    let fused = gradients::<Autodiff<Fused>, 3>(&widths, x.clone(), target.clone());
-    let plain = gradients::<Autodiff<Plain>, 3>(&widths, x, target);
+    let fused = gradients::<Autodiff<Fused>, 3>(widths, x.clone(), target.clone());
+    let plain = gradients::<Autodiff<Plain>, 3>(widths, x, target);
     for (f, p) in fused.iter().zip(&plain) {
         assert_close(f, p, tol);
     }
@@ -181,7 +122,7 @@ fn backward_with_every_matmul_fused_matches_burn() {
 /// on fixed batches: the loss of every step and the final parameters.
 fn train<B: AutodiffBackend>(steps: usize) -> (Vec<f32>, Vec<TensorData>) {
     let device = Default::default();
-    let mut model = Mlp::<B>::new(&[32, 128, 128, 8], 21, &device);
+    let mut model = Mlp::<B>::new([32, 128, 128, 8], true, &device);
     let mut optim = AdamConfig::new().init();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut losses = Vec::with_capacity(steps);
@@ -206,7 +147,7 @@ fn train<B: AutodiffBackend>(steps: usize) -> (Vec<f32>, Vec<TensorData>) {
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(3e-3, model, grads);
     }
-    (losses, model.parameters())
+    (losses, parameters(&model))
 }
 
 #[test]

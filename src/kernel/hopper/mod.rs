@@ -391,6 +391,9 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if !is_aligned(&args.x) || !is_aligned(&args.w) || !is_aligned(&args.out) {
         return Err("operands not 16-byte aligned".into());
     }
+    if args.epilogue.gated() != args.gate.is_some() {
+        return Err("a gate goes with the relu-backward epilogue".into());
+    }
     if let Some(gate) = &args.gate
         && !is_contiguous(gate.meta.shape(), gate.meta.strides())
     {
@@ -453,9 +456,6 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
             .map_or(out, |g| g.handle.clone())
             .binding(),
     ];
-    if args.epilogue.gated() != args.gate.is_some() {
-        return Err("a gate goes with the relu-backward epilogue".into());
-    }
     let flags = args.bias.is_some() as u64
         | (args.pre.is_some() as u64) << 1
         | (args.epilogue.relu() as u64) << 2
