@@ -157,8 +157,11 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let patterns = ["linear-relu", "matmul-relu-grad", "matmul"];
         let count = || patterns.map(|p| hypatia::stats(&device).executed(p));
         let before = count();
+        // Markers on stderr split a BURN_FUSION_LOG trace by backend.
+        eprintln!("bench_train: {mlp} {dtype} hypatia");
         let (hypatia_ms, hypatia_mib) = time::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args);
         let after = count();
+        eprintln!("bench_train: {mlp} {dtype} burn");
         let (burn_ms, burn_mib) = time::<Autodiff<PlainOf<F>>>(spec, args);
         // Warm-up, timed and memory steps.
         let steps = ((3 + args.runs) * args.steps + 1) as f64;
@@ -194,6 +197,8 @@ impl PerDtype<Row> for Args {
 }
 
 fn main() {
+    // RUST_LOG=hypatia=debug shows what each window planned or why it was declined.
+    env_logger::init();
     let args = Args::parse();
     if !args.no_header {
         println!(

@@ -195,6 +195,16 @@ impl Window {
         &self.ops
     }
 
+    /// Whether the window's first op that is not a free view is a matmul: every fused step
+    /// begins with one, so a window that starts otherwise holds no claim. (An empty or
+    /// all-views window still may.)
+    pub fn starts_with_matmul(&self) -> bool {
+        self.ops
+            .iter()
+            .find(|op| !op.kind.is_free())
+            .is_none_or(|op| op.kind == OpKind::Matmul)
+    }
+
     /// Number of ops.
     pub fn len(&self) -> usize {
         self.ops.len()

@@ -14,8 +14,8 @@ use std::collections::{BTreeSet, HashSet};
 pub enum Reason {
     /// Extraction chose no fused node.
     NoMatch,
-    /// The block starts with ops (other than views) that no match covers; Burn's fusers
-    /// take the leading ops, and Hypatia sees the rest in a later window.
+    /// The block starts (after views) with an op other than a matmul; Burn's fusers take the
+    /// leading ops, and Hypatia sees the rest in a later window.
     NotAtBlockStart,
     /// A value inside the pattern (the matmul output, the mask) is read by something else.
     KeepsIntermediate,
@@ -349,10 +349,11 @@ pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
         .iter()
         .flat_map(|a| a.ops.iter().copied())
         .collect();
-    // Leading free ops (a transposed weight, a bias unsqueezed before the matmul, a tensor
-    // registered from host data) run as Burn's ops; any other leading op is left to Burn.
-    let first = *covered.first().expect("not empty");
-    if !window.ops()[..first].iter().all(|op| op.kind.is_free()) {
+    // Ops before the first step run as Burn's ops, one by one. A window that begins with a
+    // matmul keeps its leading ops (a weight gradient whose pattern is off, a bias gradient):
+    // burn-fusion's block already holds them, and declining would run the whole block
+    // un-fused. Any other leading op is left to Burn's fusers.
+    if !window.starts_with_matmul() {
         return Claim::Declined(Reason::NotAtBlockStart);
     }
     let len = covered.last().expect("not empty") + 1;

@@ -187,6 +187,29 @@ fn runs_a_view_between_fused_ops() {
 }
 
 #[test]
+fn runs_a_leading_matmul_no_pattern_claims() {
+    // The tail of a backward pass (a weight gradient, plain matmuls off) and the next step's
+    // forward in one block: burn-fusion's block already holds the gradient, so declining would
+    // run every op of it un-fused.
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = operands(&mut ir, &[17, 33]);
+    let dy = ir.input(&[17, 65]);
+    let x_t = ir.swap_dims(x, 0, 1);
+    let dw = ir.matmul(x_t, dy);
+    let pre = ir.linear(x, w, Some(b));
+    let y = ir.relu(pre);
+    let plan = fused(plan(&ir, &[dw, y]));
+    assert_eq!(plan.len, 7);
+    assert_eq!(plan.fused().count(), 1);
+    assert!(
+        plan.steps.contains(&Step::Run(0)) && plan.steps.contains(&Step::Run(1)),
+        "the gradient runs as Burn's ops: {:?}",
+        plan.steps
+    );
+    assert_eq!(plan.fused().next().unwrap().out, id(y));
+}
+
+#[test]
 fn claims_burns_vecmat_swap_of_tensor_matmul() {
     let mut ir = IrBuilder::new();
     let (x, w, b) = operands(&mut ir, &[4, 1, 33]);

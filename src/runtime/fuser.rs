@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// Ops a window may hold before the fuser closes: bounds the e-graph and the wait for a match.
 pub const MAX_WINDOW: usize = 64;
+/// Ops a window may grow past its claim (or, before any claim, past its first matmul) before
+/// the fuser closes. An open fuser keeps burn-fusion's block open, and a block that closes with
+/// no ready fuser runs every op un-fused, so Hypatia must not hold ops it will not claim.
+const PENDING: usize = 16;
 /// Score bonus over Burn's fusers (whose scores count fused ops): a fused matmul epilogue
 /// saves more than any elementwise fusion of the same ops.
 const SCORE_BONUS: u64 = 1 << 20;
@@ -73,6 +77,19 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         {
             self.claim = Some(Arc::new(plan));
         }
+    }
+}
+
+impl<R: CubeRuntime> HypatiaFuser<R> {
+    /// Whether a later op could still give the window a longer claim: every claim begins with
+    /// a matmul (after free views), and its ops follow within [`PENDING`] ops.
+    fn may_grow(&self) -> bool {
+        let ops = self.window.ops();
+        let Some(first) = ops.iter().position(|op| !op.kind.is_free()) else {
+            return true;
+        };
+        let claimed = self.claim.as_ref().map_or(first + 1, |plan| plan.len);
+        self.window.starts_with_matmul() && ops.len() <= claimed + PENDING
     }
 }
 
@@ -150,11 +167,19 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
         }
         self.window.push(operation);
         let kind = self.window.ops().last().expect("just pushed").kind;
-        if !kind.is_pattern_kind() || self.window.len() >= MAX_WINDOW {
-            self.status = FuserStatus::Closed;
-        }
-        if matches!(kind, OpKind::MaskFill | OpKind::MaskWhere | OpKind::Matmul) {
+        let ends_activation = matches!(kind, OpKind::MaskFill | OpKind::MaskWhere);
+        if ends_activation || kind == OpKind::Matmul {
             self.analyze();
+        }
+        // A mask that completes no match means the leading matmul's pattern is not one
+        // Hypatia runs (or is switched off): stop holding the block.
+        let unmatched_mask = ends_activation && self.claim.is_none();
+        if !kind.is_pattern_kind()
+            || self.window.len() >= MAX_WINDOW
+            || unmatched_mask
+            || !self.may_grow()
+        {
+            self.status = FuserStatus::Closed;
         }
     }
 

@@ -1,6 +1,7 @@
 mod capture;
 mod check;
 mod common;
+mod fuser;
 mod kernel;
 mod mlp;
 mod replay;

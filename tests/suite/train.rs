@@ -66,7 +66,7 @@ fn pattern_count(pattern: &str) -> u64 {
 fn check_backward(policy: ExecutionPolicy) -> (u64, u64) {
     let _policy = PolicyGuard::set(policy);
     let (grad_before, matmul_before) = (pattern_count("matmul-relu-grad"), pattern_count("matmul"));
-    let tol = burn_tolerance(burn::tensor::DType::F32);
+    let tol = grad_tolerance();
     let widths = [33, 65, 17, 9];
     for (batch, specials) in [(17, false), (1, false), (65, true)] {
         let mut x = data(11, &[batch, widths[0]], 1.0);
@@ -174,7 +174,19 @@ fn adam_training_matches_burn() {
     }
 }
 
-/// Summation order differs (Hypatia's tiles against Burn's), and on CUDA Burn's f32 matmul
-/// runs TF32, so 100 Adam steps compound rounding differences: a parameter whose gradient is
-/// near zero can step either way. Whole tensors must stay this close (‖a − b‖ / ‖b‖).
-const TRAIN_TOLERANCE: f32 = if cfg!(feature = "cuda") { 2e-2 } else { 1e-3 };
+/// Element-wise gradient tolerance. On CUDA both Burn's f32 matmul and Hypatia's run TF32
+/// (unit roundoff u = 2⁻¹¹ ≈ 4.9e-4), and a gradient passes through up to three matmuls of
+/// depth ≤ 65: their rounding differs by up to ~K·u each. Seen on an H100: 3.9e-3 at one
+/// element of the first layer's weight gradient. A wrong gate or a lost bias is off by O(1).
+fn grad_tolerance() -> f32 {
+    if cfg!(feature = "cuda") {
+        1e-2
+    } else {
+        burn_tolerance(burn::tensor::DType::F32)
+    }
+}
+
+/// Summation order differs (Hypatia's tiles against Burn's), and on CUDA both run TF32, so 100
+/// Adam steps compound rounding differences: a parameter whose gradient is near zero can step
+/// either way. Whole tensors must stay this close (‖a − b‖ / ‖b‖); seen on an H100: 2.4e-2.
+const TRAIN_TOLERANCE: f32 = if cfg!(feature = "cuda") { 5e-2 } else { 1e-3 };

@@ -1,0 +1,92 @@
+//! `HypatiaFuser` in burn-fusion's search: it stays open only while a claim is still possible.
+//! An open fuser keeps burn-fusion's block open, and a block that ends with no ready fuser runs
+//! every one of its ops un-fused; so holding ops it will never claim makes a model slower.
+
+use super::common::*;
+use burn::tensor::DType;
+use burn_fusion::{FuserStatus, OperationFuser};
+use hypatia::HypatiaFuser;
+use hypatia::capture::fixtures::{IrBuilder, T};
+
+/// Feeds the ops of `ir` (up to `outputs`) one by one; returns the status after each.
+fn feed(ir: &IrBuilder, outputs: &[T]) -> (HypatiaFuser<Runtime>, Vec<FuserStatus>) {
+    let mut fuser = HypatiaFuser::<Runtime>::new(device());
+    let statuses = ir
+        .ops(outputs)
+        .iter()
+        .map(|op| {
+            fuser.fuse(op);
+            fuser.status()
+        })
+        .collect();
+    (fuser, statuses)
+}
+
+fn linear_operands(ir: &mut IrBuilder) -> (T, T, T) {
+    (ir.input(&[17, 33]), ir.param(&[33, 65]), ir.param(&[65]))
+}
+
+#[test]
+fn stays_open_through_a_linear_relu_and_is_ready_at_its_end() {
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = linear_operands(&mut ir);
+    let pre = ir.linear(x, w, Some(b));
+    let y = ir.relu(pre);
+    let (fuser, statuses) = feed(&ir, &[y]);
+    assert!(
+        statuses.iter().all(|s| *s == FuserStatus::Open),
+        "{statuses:?}"
+    );
+    assert!(fuser.properties().ready);
+    assert_eq!(fuser.len(), 5);
+}
+
+#[test]
+fn closes_on_a_window_that_does_not_start_with_a_matmul() {
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = linear_operands(&mut ir);
+    let x2 = ir.add(x, x);
+    let pre = ir.linear(x2, w, Some(b));
+    let y = ir.relu(pre);
+    let (fuser, statuses) = feed(&ir, &[y]);
+    assert_eq!(statuses[0], FuserStatus::Closed, "{statuses:?}");
+    assert!(!fuser.properties().ready);
+}
+
+/// A builder in float64, which Hypatia never claims (not even a plain matmul on a device with
+/// matrix units): what the fuser does with ops it will not claim, on every device.
+fn unclaimed() -> IrBuilder {
+    IrBuilder::new().with_dtype(DType::F64)
+}
+
+#[test]
+fn closes_when_a_mask_completes_no_match() {
+    // relu of another tensor after a matmul: the matmul's pattern cannot end any more.
+    let mut ir = unclaimed();
+    let (x, w, _) = linear_operands(&mut ir);
+    let z = ir.input(&[17, 65]);
+    let out = ir.matmul(x, w);
+    let y = ir.relu(z);
+    let (fuser, statuses) = feed(&ir, &[out, y]);
+    assert_eq!(statuses[..2], [FuserStatus::Open; 2], "{statuses:?}");
+    assert_eq!(statuses[2], FuserStatus::Closed, "{statuses:?}");
+    assert!(!fuser.properties().ready);
+}
+
+#[test]
+fn closes_when_no_claim_comes_within_the_pending_ops() {
+    // A matmul followed by a long run of views that lead nowhere.
+    let mut ir = unclaimed();
+    let (x, w, _) = linear_operands(&mut ir);
+    let mut out = ir.matmul(x, w);
+    for _ in 0..40 {
+        out = ir.swap_dims(out, 0, 1);
+    }
+    let (fuser, statuses) = feed(&ir, &[out]);
+    let closed = statuses
+        .iter()
+        .position(|s| *s == FuserStatus::Closed)
+        .expect("closes");
+    assert!((2..=20).contains(&closed), "closed after op {closed}");
+    assert!(!fuser.properties().ready);
+}
