@@ -105,18 +105,27 @@ where
         loss.backward()
     };
     let sync = || B::sync(&device).expect("sync");
+    // Step time, and the host's share of it: the time to record and launch the steps before
+    // the sync (when it is close to the step time, the step is bound by the host, not the GPU).
     let batch_ms = || {
         let start = Instant::now();
         let grads: Vec<_> = (0..args.steps).map(|_| step()).collect();
+        let host = start.elapsed().as_secs_f64() * 1e3 / args.steps as f64;
         sync();
         let ms = start.elapsed().as_secs_f64() * 1e3 / args.steps as f64;
         drop(grads);
-        ms
+        (ms, host)
     };
     for _ in 0..3 {
         batch_ms();
     }
-    let ms = median((0..args.runs).map(|_| batch_ms()).collect());
+    let (times, hosts): (Vec<f64>, Vec<f64>) = (0..args.runs).map(|_| batch_ms()).unzip();
+    let ms = median(times);
+    eprintln!(
+        "bench_train: {} ms per step, {} ms of it recording and launching (medians)",
+        ms,
+        median(hosts)
+    );
     // Memory: one step at a time, sampled at its high points.
     let memory_device: <Runtime as cubecl::Runtime>::Device = device.clone().into();
     sync();
@@ -161,6 +170,11 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         eprintln!("bench_train: {mlp} {dtype} hypatia");
         let (hypatia_ms, hypatia_mib) = time::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args);
         let after = count();
+        let egg = hypatia::stats(&device).egg;
+        eprintln!(
+            "bench_train: {mlp} {dtype} e-graph runs so far {} ({} us in all)",
+            egg.runs, egg.total_micros
+        );
         eprintln!("bench_train: {mlp} {dtype} burn");
         let (burn_ms, burn_mib) = time::<Autodiff<PlainOf<F>>>(spec, args);
         // Warm-up, timed and memory steps.

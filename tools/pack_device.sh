@@ -12,7 +12,7 @@ for line in sys.stdin:
         shutil.copy(m["executable"], ".device/" + m["target"]["name"])
 '
 cp "$CARGO_TARGET_DIR"/release/examples/{bench_linear,matmul_strategies,bench_train} .device/
-cp ../shared/bench/torch_ref.py tools/device_*.sh .device/
+cp ../shared/bench/torch_ref.py tools/device_*.sh tools/cubecl.toml .device/
 cd .device
 strip bench_linear matmul_strategies bench_train hopper lib half_f16 half_bf16
 tar czf bins.tgz bench_linear matmul_strategies bench_train && tar czf tests.tgz hopper lib half_f16 half_bf16

@@ -69,7 +69,7 @@ impl OpKind {
 }
 
 /// One op of the window, classified, with its tensors in a fixed order.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CapturedOp {
     /// What the op computes.
     pub kind: OpKind,
@@ -243,8 +243,85 @@ impl Window {
         })
     }
 
-    /// A stable key of the window's content, for caching rewrite results.
-    pub fn key(&self) -> String {
-        format!("{:?}", self.ops)
+    /// The window in canonical form: without its stray drops, tensors and dims renumbered in
+    /// order of first appearance.
+    ///
+    /// A stray drop frees a tensor no other op of the window touches (autodiff and the
+    /// optimizer free a step's temporaries in an order that varies from step to step). It
+    /// cannot change a plan, but it shifts the relative ids burn-fusion gives every later
+    /// tensor and dim. Planning the canonical form lets all such windows share one cache entry.
+    pub fn canonical(&self) -> Canonical {
+        let mut uses: HashMap<TensorId, usize> = HashMap::new();
+        for op in &self.ops {
+            for tensor in op.inputs.iter().chain(&op.outputs) {
+                *uses.entry(tensor.id).or_default() += 1;
+            }
+        }
+        let is_stray = |op: &CapturedOp| {
+            op.kind == OpKind::Bookkeeping
+                && op.outputs.is_empty()
+                && op.inputs.iter().all(|t| uses[&t.id] == 1)
+        };
+        let mut canonical = Canonical {
+            window: Window::new(),
+            ops: Vec::new(),
+            tensors: HashMap::new(),
+        };
+        let mut ids: HashMap<TensorId, TensorId> = HashMap::new();
+        // burn-fusion gives dim 1 the relative id 0; keep it, the planner reads it as 1.
+        let mut dims: HashMap<usize, usize> = HashMap::from([(0, 0)]);
+        let mut rename = |tensor: &TensorIr, tensors: &mut HashMap<TensorId, TensorId>| {
+            let next = TensorId::new(ids.len() as u64);
+            let id = *ids.entry(tensor.id).or_insert_with(|| {
+                tensors.insert(next, tensor.id);
+                next
+            });
+            let shape: Vec<usize> = tensor
+                .shape
+                .iter()
+                .map(|dim| {
+                    let next = dims.len();
+                    *dims.entry(*dim).or_insert(next)
+                })
+                .collect();
+            TensorIr {
+                id,
+                shape: shape.into(),
+                ..tensor.clone()
+            }
+        };
+        for (index, op) in self.ops.iter().enumerate().filter(|(_, op)| !is_stray(op)) {
+            let mut op = op.clone();
+            for tensor in op.inputs.iter_mut().chain(op.outputs.iter_mut()) {
+                *tensor = rename(tensor, &mut canonical.tensors);
+            }
+            for out in &op.outputs {
+                canonical
+                    .window
+                    .producers
+                    .insert(out.id, canonical.window.ops.len());
+            }
+            canonical.window.ops.push(op);
+            canonical.ops.push(index);
+        }
+        canonical
+    }
+}
+
+/// A window in canonical form (see [`Window::canonical`]), with the way back.
+#[derive(Clone, Debug)]
+pub struct Canonical {
+    /// The canonical window.
+    pub window: Window,
+    /// `ops[i]`: the window index of canonical op `i` (increasing).
+    pub ops: Vec<usize>,
+    /// The window's id of each canonical tensor id.
+    pub tensors: HashMap<TensorId, TensorId>,
+}
+
+impl Canonical {
+    /// The window's id of canonical tensor `id`.
+    pub fn tensor(&self, id: TensorId) -> TensorId {
+        self.tensors[&id]
     }
 }

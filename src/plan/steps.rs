@@ -1,5 +1,6 @@
 //! [`Plan`], [`Step`] and [`FusedLinear`].
 
+use crate::capture::Canonical;
 use crate::kernel::Epilogue;
 use burn_ir::{TensorId, TensorStatus};
 use serde::{Deserialize, Serialize};
@@ -73,6 +74,44 @@ impl FusedLinear {
 }
 
 impl Plan {
+    /// This plan, made for `canonical`'s window, on the window it came from: op indices and
+    /// tensor ids mapped back. The left-out ops inside the claimed prefix (stray drops) run
+    /// first, as Burn's ops.
+    pub fn on_window(&self, canonical: &Canonical) -> Plan {
+        let kept = &canonical.ops;
+        let len = self.len.checked_sub(1).map_or(0, |last| kept[last] + 1);
+        let ops = |ops: &[usize]| ops.iter().map(|&i| kept[i]).collect::<Vec<_>>();
+        let tensor = |id: TensorId| canonical.tensor(id);
+        let reference = |r: TensorRef| TensorRef {
+            id: tensor(r.id),
+            ..r
+        };
+        let left_out = (0..len).filter(|i| kept.binary_search(i).is_err());
+        let steps = left_out
+            .map(Step::Run)
+            .chain(self.steps.iter().map(|step| match step {
+                Step::Run(index) => Step::Run(kept[*index]),
+                Step::Fused(fused) => Step::Fused(FusedLinear {
+                    x: reference(fused.x),
+                    w: reference(fused.w),
+                    bias: fused.bias.map(reference),
+                    gate: fused.gate.map(reference),
+                    out: tensor(fused.out),
+                    pre: fused.pre.map(tensor),
+                    epilogue: fused.epilogue,
+                    ops: ops(&fused.ops),
+                    matmul_ops: ops(&fused.matmul_ops),
+                    matmul_out: tensor(fused.matmul_out),
+                }),
+            }))
+            .collect();
+        Plan {
+            steps,
+            len,
+            zero_scalars: self.zero_scalars.clone(),
+        }
+    }
+
     /// The fused steps.
     pub fn fused(&self) -> impl Iterator<Item = &FusedLinear> {
         self.steps.iter().filter_map(|step| match step {

@@ -2,6 +2,7 @@
 
 use super::{Claim, Plan, PlanOptions, Reason, Step, plan_window};
 use crate::capture::fixtures::{IrBuilder, T};
+use crate::capture::{OpKind, Window};
 use crate::rewrite::Limits;
 use burn_ir::{TensorId, TensorStatus};
 
@@ -308,4 +309,97 @@ fn plans_serialise_and_replay_identically() {
     let json = serde_json::to_string(&plan).unwrap();
     let back: Plan = serde_json::from_str(&json).unwrap();
     assert_eq!(back, plan);
+}
+
+/// `Drop(id)` of a tensor with `id`, as burn-fusion records a freed tensor.
+fn drop_op(id: u64) -> burn_ir::OperationIr {
+    burn_ir::OperationIr::Drop(burn_ir::TensorIr {
+        id: TensorId::new(id),
+        shape: burn_std::Shape::from(vec![3]),
+        status: TensorStatus::ReadWrite,
+        dtype: burn_backend::DType::F32,
+    })
+}
+
+/// The ops of `ir` with `drops` inserted: `(position, id)`, positions in the original ops.
+fn window_with_drops(ir: &IrBuilder, outputs: &[T], drops: &[(usize, u64)]) -> Window {
+    let mut window = Window::new();
+    for (index, op) in ir.ops(outputs).iter().enumerate() {
+        for &(_, id) in drops.iter().filter(|(at, _)| *at == index) {
+            window.push(&drop_op(id));
+        }
+        window.push(op);
+    }
+    window
+}
+
+#[test]
+fn stray_drops_in_any_order_plan_as_one_window() {
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = operands(&mut ir, &[17, 33]);
+    let pre = ir.linear(x, w, Some(b));
+    let y = ir.relu(pre);
+    let bare = ir.window(&[y]);
+    let a = window_with_drops(&ir, &[y], &[(0, 100), (2, 101)]);
+    let b = window_with_drops(&ir, &[y], &[(0, 101), (0, 100), (4, 102)]);
+    let (ca, cb) = (a.canonical(), b.canonical());
+    let canonical_bare = bare.canonical();
+    assert_eq!(ca.window.ops(), canonical_bare.window.ops());
+    assert_eq!(cb.window.ops(), canonical_bare.window.ops());
+    assert_eq!(ca.ops, [1, 2, 4, 5, 6]);
+
+    let compact = fused(plan_window(&ca.window, &Limits::default(), OPTIONS).claim);
+    for (window, canonical) in [(&a, &ca), (&b, &cb)] {
+        let on_window = compact.on_window(canonical);
+        assert_eq!(on_window.len, window.len());
+        // Every op of the prefix runs exactly once: a drop as Burn's op, the rest fused.
+        let mut runs: Vec<usize> = on_window
+            .steps
+            .iter()
+            .flat_map(|step| match step {
+                Step::Run(index) => vec![*index],
+                Step::Fused(fused) => fused.ops.clone(),
+            })
+            .collect();
+        runs.sort_unstable();
+        assert_eq!(runs, (0..window.len()).collect::<Vec<_>>());
+        for step in on_window.fused() {
+            assert!(
+                step.ops
+                    .iter()
+                    .all(|&i| window.ops()[i].kind != OpKind::Bookkeeping)
+            );
+            assert!(step.matmul_ops.iter().all(|i| step.ops.contains(i)));
+            assert_eq!((step.x.id, step.w.id, step.out), (id(x), id(w), id(y)));
+        }
+    }
+}
+
+#[test]
+fn drops_of_window_tensors_are_planned() {
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = operands(&mut ir, &[17, 33]);
+    let pre = ir.linear(x, w, Some(b));
+    let y = ir.relu(pre);
+    // Dropping x (which the matmul reads) is part of the window's dataflow: it stays.
+    let window = window_with_drops(&ir, &[y], &[(2, x.0)]);
+    let canonical = window.canonical();
+    assert_eq!(canonical.window.len(), window.len());
+    assert_eq!(canonical.ops, (0..window.len()).collect::<Vec<_>>());
+}
+
+#[test]
+fn canonical_windows_plan_on_the_ids_they_came_from() {
+    // The same Linear + relu after ten other tensors (ids shifted by 10, dims renumbered).
+    let mut ir = IrBuilder::new();
+    for _ in 0..10 {
+        ir.input(&[5, 7]);
+    }
+    let (x, w, b) = operands(&mut ir, &[17, 33]);
+    let pre = ir.linear(x, w, Some(b));
+    let y = ir.relu(pre);
+    let window = ir.window(&[y]);
+    let canonical = window.canonical();
+    let planned = fused(plan_window(&canonical.window, &Limits::default(), OPTIONS).claim);
+    assert_eq!(planned.on_window(&canonical), fused(plan(&ir, &[y])));
 }

@@ -1,7 +1,7 @@
 //! [`HypatiaFuser`]: feeds the window to capture → rewrite → plan and claims what it plans.
 
 use super::{HypatiaOptimization, LinearOptimization};
-use crate::capture::{OpKind, Window};
+use crate::capture::{CapturedOp, OpKind, Window};
 use crate::kernel::{ExecutionPolicy, execution_policy, has_matrix_units};
 use crate::plan::{Claim, Plan, PlanOptions, plan_window};
 use crate::rewrite::Limits;
@@ -12,6 +12,8 @@ use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::OperationIr;
 use egg::StopReason;
 use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Ops a window may hold before the fuser closes: bounds the e-graph and the wait for a match.
@@ -109,7 +111,8 @@ fn disabled(pattern: &str) -> bool {
         .any(|p| p == pattern)
 }
 
-type ClaimCache = Mutex<HashMap<String, Claim>>;
+/// Planned windows by the hash of their ops; equal hashes are told apart by the ops.
+type ClaimCache = Mutex<HashMap<u64, Vec<(PlanOptions, Vec<CapturedOp>, Claim)>>>;
 
 fn cache() -> &'static ClaimCache {
     static CACHE: OnceLock<ClaimCache> = OnceLock::new();
@@ -117,13 +120,32 @@ fn cache() -> &'static ClaimCache {
 }
 
 /// Capture → rewrite → plan for one window, through the cache; counts stats on a miss.
+///
+/// The window is planned in canonical form (see [`Window::canonical`]), so training steps
+/// that free their temporaries in a different order replay one cached plan.
 fn plan_cached(window: &Window, options: PlanOptions, device: &str) -> Claim {
-    let key = format!("{options:?}{}", window.key());
-    if let Some(claim) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return claim.clone();
+    let canonical = window.canonical();
+    let kept = &canonical.window;
+    let on_window = |claim: &Claim| match claim {
+        Claim::Fused(plan) => Claim::Fused(plan.on_window(&canonical)),
+        claim => claim.clone(),
+    };
+    let mut hasher = DefaultHasher::new();
+    (options, kept.ops()).hash(&mut hasher);
+    let hash = hasher.finish();
+    {
+        let cache = cache().lock().unwrap_or_else(|p| p.into_inner());
+        let hit = cache.get(&hash).and_then(|entries| {
+            entries
+                .iter()
+                .find(|(o, ops, _)| *o == options && ops.as_slice() == kept.ops())
+        });
+        if let Some((.., claim)) = hit {
+            return on_window(claim);
+        }
     }
-    log::trace!("hypatia: planning window {:#?}", window.ops());
-    let planned = plan_window(window, &Limits::default(), options);
+    log::trace!("hypatia: planning window {:#?}", kept.ops());
+    let planned = plan_window(kept, &Limits::default(), options);
     let limited = !matches!(planned.stop_reason, StopReason::Saturated);
     stats::record_egg(device, planned.elapsed, limited);
     let claim = planned.claim;
@@ -144,7 +166,7 @@ fn plan_cached(window: &Window, options: PlanOptions, device: &str) -> Claim {
         Claim::Declined(reason) => {
             log::debug!(
                 "hypatia: declined a window of {} op(s): {}",
-                window.len(),
+                kept.len(),
                 reason.key()
             );
             stats::record(device, |s| {
@@ -156,8 +178,11 @@ fn plan_cached(window: &Window, options: PlanOptions, device: &str) -> Claim {
     if cache.len() >= CACHE_CAPACITY {
         cache.clear();
     }
-    cache.insert(key, claim.clone());
-    claim
+    cache
+        .entry(hash)
+        .or_default()
+        .push((options, kept.ops().to_vec(), claim.clone()));
+    on_window(&claim)
 }
 
 impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> {

@@ -118,14 +118,23 @@ fn backward_with_every_matmul_fused_matches_burn() {
     assert!(gated > 0 && plain > 0, "gated {gated}, plain {plain}");
 }
 
+/// What [`train`] saw.
+struct Trained {
+    losses: Vec<f32>,
+    params: Vec<TensorData>,
+    /// Hypatia's e-graph runs on the test device so far, after each step.
+    egg_runs: Vec<u64>,
+}
+
 /// The example's MLP (32 → 128 → 128 → 8, cross-entropy, Adam at 3e-3) trained for `steps`
-/// on fixed batches: the loss of every step and the final parameters.
-fn train<B: AutodiffBackend>(steps: usize) -> (Vec<f32>, Vec<TensorData>) {
+/// on fixed batches.
+fn train<B: AutodiffBackend>(steps: usize) -> Trained {
     let device = Default::default();
     let mut model = Mlp::<B>::new([32, 128, 128, 8], true, &device);
     let mut optim = AdamConfig::new().init();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut losses = Vec::with_capacity(steps);
+    let mut egg_runs = Vec::with_capacity(steps);
     for step in 0..steps {
         // Ten fixed batches; a sample's class is the largest of its first 8 features.
         let features = data(1000 + (step % 10) as u64, &[64, 32], 2.0);
@@ -146,19 +155,33 @@ fn train<B: AutodiffBackend>(steps: usize) -> (Vec<f32>, Vec<TensorData>) {
         losses.push(loss.clone().into_scalar().elem::<f32>());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(3e-3, model, grads);
+        egg_runs.push(hypatia::stats(&device).egg.runs);
     }
-    (losses, parameters(&model))
+    Trained {
+        losses,
+        params: parameters(&model),
+        egg_runs,
+    }
 }
 
 #[test]
 fn adam_training_matches_burn() {
     let before = pattern_count("matmul-relu-grad");
-    let (fused_losses, fused_params) = train::<Autodiff<Fused>>(100);
+    let fused = train::<Autodiff<Fused>>(100);
     assert!(
         pattern_count("matmul-relu-grad") - before >= 200,
         "two fused relu gradients per step"
     );
-    let (plain_losses, plain_params) = train::<Autodiff<Plain>>(100);
+    // Plans are cached: once every distinct window has been seen, steps replay them. (Steps
+    // free their temporaries in varying orders; those drops must not make windows distinct.)
+    assert_eq!(
+        fused.egg_runs[99], fused.egg_runs[19],
+        "e-graph runs after each step: {:?}",
+        fused.egg_runs
+    );
+    let plain = train::<Autodiff<Plain>>(100);
+    let (fused_losses, fused_params) = (fused.losses, fused.params);
+    let (plain_losses, plain_params) = (plain.losses, plain.params);
     assert!(
         fused_losses[99] < 0.5 * fused_losses[0],
         "the model learns: {fused_losses:?}"
