@@ -5,6 +5,8 @@ use burn_ir::{
     TensorIr, TensorStatus,
 };
 use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 
 /// The op kinds Hypatia reasons about; everything else is [`OpKind::Opaque`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -250,59 +252,11 @@ impl Window {
     /// optimizer free a step's temporaries in an order that varies from step to step). It
     /// cannot change a plan, but it shifts the relative ids burn-fusion gives every later
     /// tensor and dim. Planning the canonical form lets all such windows share one cache entry.
+    /// A fuser builds it op by op with [`Canonical::push`] as the window grows.
     pub fn canonical(&self) -> Canonical {
-        let mut uses: HashMap<TensorId, usize> = HashMap::new();
-        for op in &self.ops {
-            for tensor in op.inputs.iter().chain(&op.outputs) {
-                *uses.entry(tensor.id).or_default() += 1;
-            }
-        }
-        let is_stray = |op: &CapturedOp| {
-            op.kind == OpKind::Bookkeeping
-                && op.outputs.is_empty()
-                && op.inputs.iter().all(|t| uses[&t.id] == 1)
-        };
-        let mut canonical = Canonical {
-            window: Window::new(),
-            ops: Vec::new(),
-            tensors: HashMap::new(),
-        };
-        let mut ids: HashMap<TensorId, TensorId> = HashMap::new();
-        // burn-fusion gives dim 1 the relative id 0; keep it, the planner reads it as 1.
-        let mut dims: HashMap<usize, usize> = HashMap::from([(0, 0)]);
-        let mut rename = |tensor: &TensorIr, tensors: &mut HashMap<TensorId, TensorId>| {
-            let next = TensorId::new(ids.len() as u64);
-            let id = *ids.entry(tensor.id).or_insert_with(|| {
-                tensors.insert(next, tensor.id);
-                next
-            });
-            let shape: Vec<usize> = tensor
-                .shape
-                .iter()
-                .map(|dim| {
-                    let next = dims.len();
-                    *dims.entry(*dim).or_insert(next)
-                })
-                .collect();
-            TensorIr {
-                id,
-                shape: shape.into(),
-                ..tensor.clone()
-            }
-        };
-        for (index, op) in self.ops.iter().enumerate().filter(|(_, op)| !is_stray(op)) {
-            let mut op = op.clone();
-            for tensor in op.inputs.iter_mut().chain(op.outputs.iter_mut()) {
-                *tensor = rename(tensor, &mut canonical.tensors);
-            }
-            for out in &op.outputs {
-                canonical
-                    .window
-                    .producers
-                    .insert(out.id, canonical.window.ops.len());
-            }
-            canonical.window.ops.push(op);
-            canonical.ops.push(index);
+        let mut canonical = Canonical::new();
+        for (index, op) in self.ops.iter().enumerate() {
+            canonical.push(index, op);
         }
         canonical
     }
@@ -317,9 +271,86 @@ pub struct Canonical {
     pub ops: Vec<usize>,
     /// The window's id of each canonical tensor id.
     pub tensors: HashMap<TensorId, TensorId>,
+    /// The canonical id of each window tensor seen so far.
+    ids: HashMap<TensorId, TensorId>,
+    /// The canonical id of each window dim seen so far.
+    dims: HashMap<usize, usize>,
+    /// Hash of the canonical ops so far, so a cache key costs no pass over the window.
+    hasher: DefaultHasher,
+}
+
+impl Default for Canonical {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Canonical {
+    /// The canonical form of an empty window.
+    pub fn new() -> Self {
+        Self {
+            window: Window::new(),
+            ops: Vec::new(),
+            tensors: HashMap::new(),
+            ids: HashMap::new(),
+            // burn-fusion gives dim 1 the relative id 0; keep it, the planner reads it as 1.
+            dims: HashMap::from([(0, 0)]),
+            hasher: DefaultHasher::new(),
+        }
+    }
+
+    /// Adds window op `index` (ops are pushed in window order).
+    ///
+    /// A drop of a tensor not seen before is stray: a dropped tensor is never read again, so
+    /// no other op of the window can touch it.
+    pub fn push(&mut self, index: usize, op: &CapturedOp) {
+        let stray = op.kind == OpKind::Bookkeeping
+            && op.outputs.is_empty()
+            && op.inputs.iter().all(|t| !self.ids.contains_key(&t.id));
+        if stray {
+            return;
+        }
+        let mut op = op.clone();
+        for tensor in op.inputs.iter_mut().chain(op.outputs.iter_mut()) {
+            *tensor = self.rename(tensor);
+        }
+        op.hash(&mut self.hasher);
+        for out in &op.outputs {
+            self.window.producers.insert(out.id, self.window.ops.len());
+        }
+        self.window.ops.push(op);
+        self.ops.push(index);
+    }
+
+    fn rename(&mut self, tensor: &TensorIr) -> TensorIr {
+        let next = TensorId::new(self.ids.len() as u64);
+        let id = *self.ids.entry(tensor.id).or_insert_with(|| {
+            self.tensors.insert(next, tensor.id);
+            next
+        });
+        let shape: Vec<usize> = tensor
+            .shape
+            .iter()
+            .map(|dim| {
+                let next = self.dims.len();
+                *self.dims.entry(*dim).or_insert(next)
+            })
+            .collect();
+        TensorIr {
+            id,
+            shape: shape.into(),
+            ..tensor.clone()
+        }
+    }
+
+    /// A cache key for the canonical ops planned with `options`: equal windows and options
+    /// give equal keys.
+    pub fn key(&self, options: impl Hash) -> u64 {
+        let mut hasher = self.hasher.clone();
+        options.hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// The window's id of canonical tensor `id`.
     pub fn tensor(&self, id: TensorId) -> TensorId {
         self.tensors[&id]

@@ -33,12 +33,17 @@ fn operands(ir: &mut IrBuilder, x_shape: &[usize]) -> (T, T, T) {
     (ir.input(x_shape), ir.param(&[k, 65]), ir.param(&[65]))
 }
 
+/// `relu(linear(x, w, b))` on fresh [`operands`]: x, w, b and the activation.
+fn linear_relu(ir: &mut IrBuilder, x_shape: &[usize]) -> (T, T, T, T) {
+    let (x, w, b) = operands(ir, x_shape);
+    let pre = ir.linear(x, w, Some(b));
+    (x, w, b, ir.relu(pre))
+}
+
 #[test]
 fn claims_linear_relu_with_bias() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let (x, w, b, y) = linear_relu(&mut ir, &[17, 33]);
     let plan = fused(plan(&ir, &[y]));
     assert_eq!(plan.len, 5);
     assert_eq!(plan.steps.len(), 1);
@@ -87,9 +92,7 @@ fn claims_bias_on_the_left_of_the_add() {
 #[test]
 fn claims_rank_three_input() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[4, 17, 33]);
-    let pre = ir.linear(x, w, Some(b)); // reshape(w), matmul, reshape(b), add
-    let y = ir.relu(pre);
+    let (x, w, b, y) = linear_relu(&mut ir, &[4, 17, 33]);
     let plan = fused(plan(&ir, &[y]));
     assert_eq!(plan.len, 6);
     let step = plan.fused().next().unwrap();
@@ -285,9 +288,7 @@ fn declines_a_window_that_starts_with_an_unknown_op() {
 #[test]
 fn declines_float64() {
     let mut ir = IrBuilder::new().with_dtype(burn_backend::DType::F64);
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let (.., y) = linear_relu(&mut ir, &[17, 33]);
     assert_eq!(plan(&ir, &[y]), Claim::Declined(Reason::NoMatch));
 }
 
@@ -302,9 +303,7 @@ fn declines_linear_without_activation() {
 #[test]
 fn plans_serialise_and_replay_identically() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let (.., y) = linear_relu(&mut ir, &[17, 33]);
     let plan = fused(plan(&ir, &[y]));
     let json = serde_json::to_string(&plan).unwrap();
     let back: Plan = serde_json::from_str(&json).unwrap();
@@ -336,9 +335,7 @@ fn window_with_drops(ir: &IrBuilder, outputs: &[T], drops: &[(usize, u64)]) -> W
 #[test]
 fn stray_drops_in_any_order_plan_as_one_window() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let (x, w, _, y) = linear_relu(&mut ir, &[17, 33]);
     let bare = ir.window(&[y]);
     let a = window_with_drops(&ir, &[y], &[(0, 100), (2, 101)]);
     let b = window_with_drops(&ir, &[y], &[(0, 101), (0, 100), (4, 102)]);
@@ -346,6 +343,17 @@ fn stray_drops_in_any_order_plan_as_one_window() {
     let canonical_bare = bare.canonical();
     assert_eq!(ca.window.ops(), canonical_bare.window.ops());
     assert_eq!(cb.window.ops(), canonical_bare.window.ops());
+    assert_eq!(ca.key(OPTIONS), canonical_bare.key(OPTIONS));
+    assert_eq!(cb.key(OPTIONS), canonical_bare.key(OPTIONS));
+    let other = PlanOptions {
+        relu_grads: false,
+        ..OPTIONS
+    };
+    assert_ne!(
+        ca.key(OPTIONS),
+        ca.key(other),
+        "options are part of the key"
+    );
     assert_eq!(ca.ops, [1, 2, 4, 5, 6]);
 
     let compact = fused(plan_window(&ca.window, &Limits::default(), OPTIONS).claim);
@@ -378,9 +386,7 @@ fn stray_drops_in_any_order_plan_as_one_window() {
 #[test]
 fn drops_of_window_tensors_are_planned() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let (x, .., y) = linear_relu(&mut ir, &[17, 33]);
     // Dropping x (which the matmul reads) is part of the window's dataflow: it stays.
     let window = window_with_drops(&ir, &[y], &[(2, x.0)]);
     let canonical = window.canonical();
@@ -395,9 +401,7 @@ fn canonical_windows_plan_on_the_ids_they_came_from() {
     for _ in 0..10 {
         ir.input(&[5, 7]);
     }
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let (.., y) = linear_relu(&mut ir, &[17, 33]);
     let window = ir.window(&[y]);
     let canonical = window.canonical();
     let planned = fused(plan_window(&canonical.window, &Limits::default(), OPTIONS).claim);

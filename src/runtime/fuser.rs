@@ -1,7 +1,7 @@
 //! [`HypatiaFuser`]: feeds the window to capture → rewrite → plan and claims what it plans.
 
 use super::{HypatiaOptimization, LinearOptimization};
-use crate::capture::{CapturedOp, OpKind, Window};
+use crate::capture::{Canonical, CapturedOp, OpKind, Window};
 use crate::kernel::{ExecutionPolicy, execution_policy, has_matrix_units};
 use crate::plan::{Claim, Plan, PlanOptions, plan_window};
 use crate::rewrite::Limits;
@@ -12,8 +12,6 @@ use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
 use burn_ir::OperationIr;
 use egg::StopReason;
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Ops a window may hold before the fuser closes: bounds the e-graph and the wait for a match.
@@ -38,6 +36,10 @@ pub struct HypatiaFuser<R: CubeRuntime> {
     /// Whether the device has matrix units (then Hypatia's engine may beat Burn's matmul).
     matrix_units: bool,
     window: Window,
+    /// The window in canonical form, grown with it: the plan cache's key.
+    canonical: Canonical,
+    /// The device's key in [`stats`], formatted once.
+    device_key: String,
     claim: Option<Arc<Plan>>,
     status: FuserStatus,
 }
@@ -48,6 +50,8 @@ impl<R: CubeRuntime> Clone for HypatiaFuser<R> {
             device: self.device.clone(),
             matrix_units: self.matrix_units,
             window: self.window.clone(),
+            canonical: self.canonical.clone(),
+            device_key: self.device_key.clone(),
             claim: self.claim.clone(),
             status: self.status,
         }
@@ -60,8 +64,10 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         let client = R::client(&device);
         Self {
             matrix_units: has_matrix_units(&client, DType::F16),
+            device_key: stats::device_key(&device),
             device,
             window: Window::new(),
+            canonical: Canonical::new(),
             claim: None,
             status: FuserStatus::Open,
         }
@@ -73,8 +79,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
                 && !disabled("matmul"),
             relu_grads: !disabled("matmul-relu-grad"),
         };
-        if let Claim::Fused(plan) =
-            plan_cached(&self.window, options, &stats::device_key(&self.device))
+        if let Claim::Fused(plan) = plan_cached(&self.canonical, options, &self.device_key)
             && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
         {
             self.claim = Some(Arc::new(plan));
@@ -123,16 +128,13 @@ fn cache() -> &'static ClaimCache {
 ///
 /// The window is planned in canonical form (see [`Window::canonical`]), so training steps
 /// that free their temporaries in a different order replay one cached plan.
-fn plan_cached(window: &Window, options: PlanOptions, device: &str) -> Claim {
-    let canonical = window.canonical();
+fn plan_cached(canonical: &Canonical, options: PlanOptions, device: &str) -> Claim {
     let kept = &canonical.window;
     let on_window = |claim: &Claim| match claim {
-        Claim::Fused(plan) => Claim::Fused(plan.on_window(&canonical)),
+        Claim::Fused(plan) => Claim::Fused(plan.on_window(canonical)),
         claim => claim.clone(),
     };
-    let mut hasher = DefaultHasher::new();
-    (options, kept.ops()).hash(&mut hasher);
-    let hash = hasher.finish();
+    let hash = canonical.key(options);
     {
         let cache = cache().lock().unwrap_or_else(|p| p.into_inner());
         let hit = cache.get(&hash).and_then(|entries| {
@@ -191,7 +193,10 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
             return;
         }
         self.window.push(operation);
-        let kind = self.window.ops().last().expect("just pushed").kind;
+        let index = self.window.len() - 1;
+        let op = &self.window.ops()[index];
+        self.canonical.push(index, op);
+        let kind = op.kind;
         let ends_activation = matches!(kind, OpKind::MaskFill | OpKind::MaskWhere);
         if ends_activation || kind == OpKind::Matmul {
             self.analyze();
@@ -218,6 +223,7 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
 
     fn reset(&mut self) {
         self.window = Window::new();
+        self.canonical = Canonical::new();
         self.claim = None;
         self.status = FuserStatus::Open;
     }
