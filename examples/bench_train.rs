@@ -1,7 +1,8 @@
 //! One MLP training step (Linear-ReLU-Linear-ReLU-Linear, MSE loss, forward + backward):
 //! `Autodiff<Hypatia<B>>` vs `Autodiff<B>` (Burn's fusion on), side by side in one process per
 //! dtype. Medians of `--runs` timed batches of `--steps` steps, every gradient kept alive until
-//! `sync`, after a warm-up that lets autotune settle. Memory: the device's bytes in use at the
+//! `sync`, after a warm-up that lets autotune settle; the two backends' batches alternate, so
+//! the machine's drift (clocks, other load) hits both alike. Memory: the device's bytes in use at the
 //! step's high points (after the forward, with the activations autodiff keeps, and after the
 //! backward, with every gradient) above what was in use before the step.
 //!
@@ -79,67 +80,71 @@ fn bytes_in_use(device: &<Runtime as cubecl::Runtime>::Device) -> u64 {
         .map_or(0, |u| u.bytes_in_use)
 }
 
-/// Step time (ms, median) and memory high-water (MiB) of `Autodiff<B>` on one MLP.
-fn time<B: AutodiffBackend>(spec: [usize; 4], args: &Args) -> (f64, f64)
+/// One backend's training step on one MLP, ready to time.
+struct Bench {
+    /// Runs `--steps` steps, syncs once: (ms per step, ms per step before the sync).
+    batch: Box<dyn FnMut() -> (f64, f64)>,
+    /// One step at a time, sampled at its high points: MiB above what was in use before.
+    memory: Box<dyn FnMut() -> f64>,
+}
+
+/// Builds `Autodiff<B>`'s model and data for `spec` and returns its [`Bench`].
+fn bench<B: AutodiffBackend>(spec: [usize; 4], steps: usize) -> Bench
 where
     B::Device: Into<<Runtime as cubecl::Runtime>::Device> + Clone,
 {
     let [batch, d_in, hidden, d_out] = spec;
     let device = B::Device::default();
     let model = Mlp::<B>::new(d_in, hidden, d_out, &device);
+    let normal = burn::tensor::Distribution::Normal(0.0, 1.0);
+    let x = Tensor::<B, 2>::random([batch, d_in], normal, &device);
     let dtype = B::FloatElem::dtype();
-    let x = Tensor::<B, 2>::random(
-        [batch, d_in],
-        burn::tensor::Distribution::Normal(0.0, 1.0),
-        &device,
-    );
     assert_eq!(x.dtype(), dtype, "one float dtype per process (Burn 0.21)");
-    let target = Tensor::<B, 2>::random(
-        [batch, d_out],
-        burn::tensor::Distribution::Normal(0.0, 1.0),
-        &device,
-    );
-    let step = || {
-        let diff = model.forward(x.clone()) - target.clone();
-        let loss = diff.powi_scalar(2).mean();
-        loss.backward()
+    let target = Tensor::<B, 2>::random([batch, d_out], normal, &device);
+    // Let the fusion server set this stream up before another backend starts: CubeCL 0.10
+    // initializes a device service while holding a lock that the server's thread takes when it
+    // creates a stream's fusers, so the two starting at once deadlock.
+    B::sync(&device).expect("sync");
+    let loss = move || {
+        (model.forward(x.clone()) - target.clone())
+            .powi_scalar(2)
+            .mean()
     };
-    let sync = || B::sync(&device).expect("sync");
+    let sync = {
+        let device = device.clone();
+        move || B::sync(&device).expect("sync")
+    };
     // Step time, and the host's share of it: the time to record and launch the steps before
     // the sync (when it is close to the step time, the step is bound by the host, not the GPU).
-    let batch_ms = || {
-        let start = Instant::now();
-        let grads: Vec<_> = (0..args.steps).map(|_| step()).collect();
-        let host = start.elapsed().as_secs_f64() * 1e3 / args.steps as f64;
-        sync();
-        let ms = start.elapsed().as_secs_f64() * 1e3 / args.steps as f64;
-        drop(grads);
-        (ms, host)
+    let batch_ms = {
+        let (loss, sync) = (loss.clone(), sync.clone());
+        move || {
+            let start = Instant::now();
+            let grads: Vec<_> = (0..steps).map(|_| loss().backward()).collect();
+            let host = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
+            sync();
+            let ms = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
+            drop(grads);
+            (ms, host)
+        }
     };
-    for _ in 0..3 {
-        batch_ms();
+    let memory_device: <Runtime as cubecl::Runtime>::Device = device.into();
+    let memory = move || {
+        sync();
+        let before = bytes_in_use(&memory_device);
+        let loss = loss();
+        sync();
+        let forward = bytes_in_use(&memory_device);
+        let grads = loss.backward();
+        sync();
+        let backward = bytes_in_use(&memory_device);
+        drop(grads);
+        forward.max(backward).saturating_sub(before) as f64 / (1 << 20) as f64
+    };
+    Bench {
+        batch: Box::new(batch_ms),
+        memory: Box::new(memory),
     }
-    let (times, hosts): (Vec<f64>, Vec<f64>) = (0..args.runs).map(|_| batch_ms()).unzip();
-    let ms = median(times);
-    eprintln!(
-        "bench_train: {} ms per step, {} ms of it recording and launching (medians)",
-        ms,
-        median(hosts)
-    );
-    // Memory: one step at a time, sampled at its high points.
-    let memory_device: <Runtime as cubecl::Runtime>::Device = device.clone().into();
-    sync();
-    let before = bytes_in_use(&memory_device);
-    let diff = model.forward(x.clone()) - target.clone();
-    let loss = diff.powi_scalar(2).mean();
-    sync();
-    let forward = bytes_in_use(&memory_device);
-    let grads = loss.backward();
-    sync();
-    let backward = bytes_in_use(&memory_device);
-    drop(grads);
-    let high = forward.max(backward).saturating_sub(before);
-    (ms, high as f64 / (1 << 20) as f64)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -165,21 +170,56 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let spec = [spec[0], spec[1], spec[2], spec[3]];
         let patterns = ["linear-relu", "matmul-relu-grad", "matmul"];
         let count = || patterns.map(|p| hypatia::stats(&device).executed(p));
-        let before = count();
-        // Markers on stderr split a BURN_FUSION_LOG trace by backend.
-        eprintln!("bench_train: {mlp} {dtype} hypatia");
-        let (hypatia_ms, hypatia_mib) = time::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args);
-        let after = count();
+        let mut hypatia = bench::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args.steps);
+        let mut burn = bench::<Autodiff<PlainOf<F>>>(spec, args.steps);
+        // Warm-up (autotune settles), then timed batches alternating between the two (each
+        // going first in turn), so drift in the machine's state hits both alike.
+        for _ in 0..3 {
+            (hypatia.batch)();
+            (burn.batch)();
+        }
+        let (mut hypatia_runs, mut burn_runs) = (Vec::new(), Vec::new());
+        let (before, host_before) = (count(), hypatia::stats(&device).host);
+        for run in 0..args.runs {
+            if run % 2 == 0 {
+                hypatia_runs.push((hypatia.batch)());
+                burn_runs.push((burn.batch)());
+            } else {
+                burn_runs.push((burn.batch)());
+                hypatia_runs.push((hypatia.batch)());
+            }
+        }
+        let (after, host) = (count(), hypatia::stats(&device).host);
+        let steps = (args.runs * args.steps) as f64;
+        let per_step = |after: u64, before: u64| (after - before) as f64 / steps;
+        let fused_per_step = [0, 1, 2].map(|i| per_step(after[i], before[i]));
+        let medians = |runs: Vec<(f64, f64)>| {
+            let (ms, host): (Vec<f64>, Vec<f64>) = runs.into_iter().unzip();
+            (median(ms), median(host))
+        };
+        let ((hypatia_ms, hypatia_host), (burn_ms, burn_host)) =
+            (medians(hypatia_runs), medians(burn_runs));
         let egg = hypatia::stats(&device).egg;
         eprintln!(
-            "bench_train: {mlp} {dtype} e-graph runs so far {} ({} us in all)",
-            egg.runs, egg.total_micros
+            "bench_train: {mlp} {dtype}: ms per step (of it before the sync, recording and launching): \
+             Hypatia {hypatia_ms:.4} ({hypatia_host:.4}), Burn {burn_ms:.4} ({burn_host:.4})"
         );
-        eprintln!("bench_train: {mlp} {dtype} burn");
-        let (burn_ms, burn_mib) = time::<Autodiff<PlainOf<F>>>(spec, args);
-        // Warm-up, timed and memory steps.
-        let steps = ((3 + args.runs) * args.steps + 1) as f64;
-        let fused_per_step = [0, 1, 2].map(|i| (after[i] - before[i]) as f64 / steps);
+        eprintln!(
+            "bench_train: {mlp} {dtype}: Hypatia's host time per timed step: fuser {:.1} us, \
+             executing {:.1} us ({:.1} blocks); e-graph runs in all {} ({} us)",
+            per_step(host.fuser_nanos, host_before.fuser_nanos) / 1e3,
+            per_step(host.execute_nanos, host_before.execute_nanos) / 1e3,
+            per_step(host.executions, host_before.executions),
+            egg.runs,
+            egg.total_micros,
+        );
+        // One step each, after the timing: the markers on stderr delimit one steady-state step
+        // of each backend in logs such as CubeCL's kernel log or BURN_FUSION_LOG.
+        eprintln!("bench_train: memory step: hypatia");
+        let hypatia_mib = (hypatia.memory)();
+        eprintln!("bench_train: memory step: burn");
+        let burn_mib = (burn.memory)();
+        eprintln!("bench_train: memory step: end");
         let flops =
             6.0 * (spec[0] * (spec[1] * spec[2] + spec[2] * spec[2] + spec[2] * spec[3])) as f64;
         let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;

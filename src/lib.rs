@@ -57,7 +57,7 @@ mod stats;
 
 pub use backend::HypatiaBackend;
 pub use runtime::{HypatiaFuser, HypatiaOptimization, HypatiaRuntime};
-pub use stats::{EggStats, FusionStats, PatternStats, reset_stats, stats};
+pub use stats::{EggStats, FusionStats, HostStats, PatternStats, reset_stats, stats};
 
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::{Fusion, FusionBackend};

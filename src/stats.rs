@@ -35,6 +35,22 @@ pub struct EggStats {
     pub limited: u64,
 }
 
+/// Host time Hypatia spent on the thread that runs burn-fusion's stream, in nanoseconds.
+///
+/// That thread records every op of the model and launches every kernel: time spent here is
+/// time Burn's own path does not spend, so for small models (where the host bounds the step)
+/// it is what Hypatia must win back in kernel time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HostStats {
+    /// In [`HypatiaFuser`](crate::runtime::HypatiaFuser): capturing ops, plan-cache lookups
+    /// and e-graph runs.
+    pub fuser_nanos: u64,
+    /// Running claimed blocks: checks, autotune lookups, launches and the ops run as Burn's.
+    pub execute_nanos: u64,
+    /// Claimed blocks run.
+    pub executions: u64,
+}
+
 /// What Hypatia did on one device since the process started (or since [`reset_stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FusionStats {
@@ -44,6 +60,8 @@ pub struct FusionStats {
     pub declined: BTreeMap<String, u64>,
     /// The e-graph stage.
     pub egg: EggStats,
+    /// Host time spent in Hypatia.
+    pub host: HostStats,
 }
 
 impl FusionStats {

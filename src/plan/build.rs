@@ -69,6 +69,8 @@ pub struct PlanOptions {
     pub plain_matmuls: bool,
     /// Claim relu's backward (`matmul-relu-grad`).
     pub relu_grads: bool,
+    /// Claim Linear + relu (`linear-relu`).
+    pub linear_relus: bool,
 }
 
 impl Default for PlanOptions {
@@ -76,6 +78,7 @@ impl Default for PlanOptions {
         Self {
             plain_matmuls: false,
             relu_grads: true,
+            linear_relus: true,
         }
     }
 }
@@ -91,7 +94,7 @@ pub fn plan_window(window: &Window, limits: &Limits, options: PlanOptions) -> Pl
     candidates.retain(|c| match c.epilogue {
         Epilogue::Identity => options.plain_matmuls,
         Epilogue::ReluGrad => options.relu_grads,
-        Epilogue::Relu => true,
+        Epilogue::Relu => options.linear_relus,
     });
     Planned {
         claim: build_plan(window, &candidates),

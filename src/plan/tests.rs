@@ -10,6 +10,7 @@ use burn_ir::{TensorId, TensorStatus};
 const OPTIONS: PlanOptions = PlanOptions {
     plain_matmuls: false,
     relu_grads: true,
+    linear_relus: true,
 };
 
 fn plan(ir: &IrBuilder, outputs: &[T]) -> Claim {
@@ -406,4 +407,16 @@ fn canonical_windows_plan_on_the_ids_they_came_from() {
     let canonical = window.canonical();
     let planned = fused(plan_window(&canonical.window, &Limits::default(), OPTIONS).claim);
     assert_eq!(planned.on_window(&canonical), fused(plan(&ir, &[y])));
+}
+
+#[test]
+fn options_turn_linear_relu_off() {
+    let mut ir = IrBuilder::new();
+    let (.., y) = linear_relu(&mut ir, &[17, 33]);
+    let off = PlanOptions {
+        linear_relus: false,
+        ..OPTIONS
+    };
+    let planned = plan_window(&ir.window(&[y]), &Limits::default(), off).claim;
+    assert_eq!(planned, Claim::Declined(Reason::NoMatch));
 }

@@ -13,6 +13,7 @@ use burn_ir::OperationIr;
 use egg::StopReason;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Ops a window may hold before the fuser closes: bounds the e-graph and the wait for a match.
 pub const MAX_WINDOW: usize = 64;
@@ -42,6 +43,8 @@ pub struct HypatiaFuser<R: CubeRuntime> {
     device_key: String,
     claim: Option<Arc<Plan>>,
     status: FuserStatus,
+    /// Time spent in `fuse` since the last reset, for [`stats::HostStats`].
+    busy: Duration,
 }
 
 impl<R: CubeRuntime> Clone for HypatiaFuser<R> {
@@ -54,6 +57,8 @@ impl<R: CubeRuntime> Clone for HypatiaFuser<R> {
             device_key: self.device_key.clone(),
             claim: self.claim.clone(),
             status: self.status,
+            // The time so far is the original's to report.
+            busy: Duration::ZERO,
         }
     }
 }
@@ -70,6 +75,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             canonical: Canonical::new(),
             claim: None,
             status: FuserStatus::Open,
+            busy: Duration::ZERO,
         }
     }
 
@@ -78,6 +84,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             plain_matmuls: (self.matrix_units || execution_policy() != ExecutionPolicy::Auto)
                 && !disabled("matmul"),
             relu_grads: !disabled("matmul-relu-grad"),
+            linear_relus: !disabled("linear-relu"),
         };
         if let Claim::Fused(plan) = plan_cached(&self.canonical, options, &self.device_key)
             && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
@@ -97,6 +104,46 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         };
         let claimed = self.claim.as_ref().map_or(first + 1, |plan| plan.len);
         self.window.starts_with_matmul() && ops.len() <= claimed + PENDING
+    }
+
+    /// Adds the time spent in `fuse` to the device's [`stats::HostStats`].
+    fn report_busy(&mut self) {
+        if !self.busy.is_zero() {
+            let nanos = std::mem::take(&mut self.busy).as_nanos() as u64;
+            stats::record(&self.device_key, |s| s.host.fuser_nanos += nanos);
+        }
+    }
+
+    /// [`OperationFuser::fuse`] on an open fuser.
+    fn fuse_open(&mut self, operation: &OperationIr) {
+        self.window.push(operation);
+        let index = self.window.len() - 1;
+        let op = &self.window.ops()[index];
+        self.canonical.push(index, op);
+        let kind = op.kind;
+        let ends_activation = matches!(kind, OpKind::MaskFill | OpKind::MaskWhere);
+        if ends_activation || kind == OpKind::Matmul {
+            self.analyze();
+        }
+        // A mask that completes no match means the leading matmul's pattern is not one
+        // Hypatia runs (or is switched off): stop holding the block.
+        let unmatched_mask = ends_activation && self.claim.is_none();
+        // A window of bookkeeping alone (autodiff freeing the last step's tensors, in an order
+        // that varies) closes as Burn's fusers do: burn-fusion then runs each drop as its own
+        // block, and the windows after it replay stored plans instead of being explored again.
+        let only_bookkeeping = self
+            .window
+            .ops()
+            .iter()
+            .all(|op| op.kind == OpKind::Bookkeeping);
+        if only_bookkeeping
+            || !kind.is_pattern_kind()
+            || self.window.len() >= MAX_WINDOW
+            || unmatched_mask
+            || !self.may_grow()
+        {
+            self.status = FuserStatus::Closed;
+        }
     }
 }
 
@@ -187,30 +234,21 @@ fn plan_cached(canonical: &Canonical, options: PlanOptions, device: &str) -> Cla
     on_window(&claim)
 }
 
+/// burn-fusion feeds ops to clones of the fusers (one per block) and drops them after.
+impl<R: CubeRuntime> Drop for HypatiaFuser<R> {
+    fn drop(&mut self) {
+        self.report_busy();
+    }
+}
+
 impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> {
     fn fuse(&mut self, operation: &OperationIr) {
         if self.status == FuserStatus::Closed {
             return;
         }
-        self.window.push(operation);
-        let index = self.window.len() - 1;
-        let op = &self.window.ops()[index];
-        self.canonical.push(index, op);
-        let kind = op.kind;
-        let ends_activation = matches!(kind, OpKind::MaskFill | OpKind::MaskWhere);
-        if ends_activation || kind == OpKind::Matmul {
-            self.analyze();
-        }
-        // A mask that completes no match means the leading matmul's pattern is not one
-        // Hypatia runs (or is switched off): stop holding the block.
-        let unmatched_mask = ends_activation && self.claim.is_none();
-        if !kind.is_pattern_kind()
-            || self.window.len() >= MAX_WINDOW
-            || unmatched_mask
-            || !self.may_grow()
-        {
-            self.status = FuserStatus::Closed;
-        }
+        let start = Instant::now();
+        self.fuse_open(operation);
+        self.busy += start.elapsed();
     }
 
     fn finish(&mut self) -> HypatiaOptimization<R> {
@@ -222,6 +260,7 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
     }
 
     fn reset(&mut self) {
+        self.report_busy();
         self.window = Window::new();
         self.canonical = Canonical::new();
         self.claim = None;

@@ -44,6 +44,20 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
     ) {
+        let start = std::time::Instant::now();
+        self.run_steps(context, execution);
+        let nanos = start.elapsed().as_nanos() as u64;
+        stats::record(&self.device_key, |s| {
+            s.host.execute_nanos += nanos;
+            s.host.executions += 1;
+        });
+    }
+
+    fn run_steps(
+        &mut self,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<HypatiaRuntime<R>>,
+    ) {
         if let Err(reason) = check_zero_scalars(&self.plan, context) {
             for step in self.plan.fused() {
                 self.record_fallback(step, &reason);
