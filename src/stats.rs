@@ -87,7 +87,11 @@ pub(crate) fn record(device: &str, update: impl FnOnce(&mut FusionStats)) {
     let mut stats = registry()
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
-    update(stats.entry(device.to_string()).or_default());
+    // Called on every execution: allocate the key only the first time.
+    match stats.get_mut(device) {
+        Some(device_stats) => update(device_stats),
+        None => update(stats.entry(device.to_string()).or_default()),
+    }
 }
 
 pub(crate) fn record_egg(device: &str, elapsed: Duration, limited: bool) {

@@ -97,8 +97,15 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
 impl<R: CubeRuntime> HypatiaFuser<R> {
     /// Whether a later op could still give the window a longer claim: every claim begins with
     /// a matmul (after free views), and its ops follow within [`PENDING`] ops.
+    ///
+    /// A window led by bookkeeping (autodiff freeing the last step's tensors, in an order that
+    /// varies) closes at once, as Burn's fusers do: burn-fusion then runs each drop as its own
+    /// block, and the windows after it replay stored plans instead of being explored again.
     fn may_grow(&self) -> bool {
         let ops = self.window.ops();
+        if ops.first().is_some_and(|op| op.kind == OpKind::Bookkeeping) {
+            return false;
+        }
         let Some(first) = ops.iter().position(|op| !op.kind.is_free()) else {
             return true;
         };
@@ -128,16 +135,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         // A mask that completes no match means the leading matmul's pattern is not one
         // Hypatia runs (or is switched off): stop holding the block.
         let unmatched_mask = ends_activation && self.claim.is_none();
-        // A window of bookkeeping alone (autodiff freeing the last step's tensors, in an order
-        // that varies) closes as Burn's fusers do: burn-fusion then runs each drop as its own
-        // block, and the windows after it replay stored plans instead of being explored again.
-        let only_bookkeeping = self
-            .window
-            .ops()
-            .iter()
-            .all(|op| op.kind == OpKind::Bookkeeping);
-        if only_bookkeeping
-            || !kind.is_pattern_kind()
+        if !kind.is_pattern_kind()
             || self.window.len() >= MAX_WINDOW
             || unmatched_mask
             || !self.may_grow()
