@@ -18,6 +18,9 @@ pub struct PatternStats {
     /// Split executions: the inner backend's matmul, then Hypatia's bias + activation kernel
     /// (problems where the inner matmul is faster; see [`crate::kernel::choose_execution`]).
     pub split: u64,
+    /// Steps whose result [verify mode](crate::fallback::verify) compared with Burn's ops and
+    /// found equal (the first execution of each step while verification is on).
+    pub verified: u64,
     /// Plans that ran Burn's ops instead, by reason (checked at run time).
     pub fallbacks: BTreeMap<String, u64>,
 }

@@ -77,7 +77,17 @@ out_dir = pathlib.Path(sys.argv[2])
 for trait, file in TRAITS.items():
     body = trait_body(strip_comments((root / file).read_text()), trait)
     text = HEADER.format(trait=trait)
-    for s in signatures(body):
-        text += "        " + s + "\n"
-    text += "    }}\n}\n"
+    sigs = signatures(body)
+    # Reads go through `forward_read!`, which first returns errors Hypatia kept for the user.
+    reads = [s for s in sigs if re.match(r"fn \w+_into_data\(", s)]
+    for s in sigs:
+        if s not in reads:
+            text += "        " + s + "\n"
+    text += "    }}\n"
+    if reads:
+        text += f"    forward_read! {{ {trait}<Inner<R, F, I, BT>> {{\n"
+        for s in reads:
+            text += "        " + s + "\n"
+        text += "    }}\n"
+    text += "}\n"
     (out_dir / (OUT[trait] + ".rs")).write_text(text)

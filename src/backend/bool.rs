@@ -11,7 +11,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BoolTensor
         fn bool_empty(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self>;
         fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self>;
         fn bool_ones(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self>;
-        fn bool_into_data(tensor: BoolTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
         fn bool_from_data(data: TensorData, device: &Device<Self>) -> BoolTensor<Self>;
         fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self>;
         fn bool_into_float(tensor: BoolTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self>;
@@ -47,5 +46,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BoolTensor
         fn bool_argwhere(tensor: BoolTensor<Self>, out_dtype: IntDType) -> impl Future<Output = IntTensor<Self>> + 'static + Send;
         fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self>;
         fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self>;
+    }}
+    forward_read! { BoolTensorOps<Inner<R, F, I, BT>> {
+        fn bool_into_data(tensor: BoolTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
     }}
 }

@@ -36,6 +36,30 @@ macro_rules! forward {
 
 pub(crate) use forward;
 
+/// [`forward!`] for the reads (`*_into_data`): an error Hypatia kept for the user (a failed
+/// strict verification, a device error it flushed) is returned first, where Burn returns
+/// device errors; then the inner backend reads.
+macro_rules! forward_read {
+    ($trait:ident<$inner:ty> {
+        $(fn $name:ident($arg:ident: $ty:ty) -> $ret:ty;)*
+    }) => {
+        $(
+            fn $name($arg: $ty) -> $ret {
+                let deferred = $crate::fallback::take_deferred(&$arg.device);
+                let read = <$inner as $trait<$inner>>::$name($arg);
+                async move {
+                    match deferred {
+                        Some(error) => Err(error),
+                        None => read.await,
+                    }
+                }
+            }
+        )*
+    };
+}
+
+pub(crate) use forward_read;
+
 /// The same value seen with the other backend as type parameter.
 pub(crate) trait Rebind<T> {
     fn rebind(self) -> T;

@@ -9,7 +9,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> IntTensorO
 {
     forward! { IntTensorOps<Inner<R, F, I, BT>> {
         fn int_empty(shape: Shape, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self>;
-        fn int_into_data(tensor: IntTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
         fn int_from_data(data: TensorData, device: &Device<Self>) -> IntTensor<Self>;
         fn int_device(tensor: &IntTensor<Self>) -> Device<Self>;
         fn int_to_device(tensor: IntTensor<Self>, device: &Device<Self>) -> IntTensor<Self>;
@@ -112,5 +111,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> IntTensorO
         fn bitwise_right_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self>;
         fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self>;
         fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self>;
+    }}
+    forward_read! { IntTensorOps<Inner<R, F, I, BT>> {
+        fn int_into_data(tensor: IntTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
     }}
 }

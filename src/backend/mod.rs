@@ -20,7 +20,7 @@ mod transaction;
 /// Names the generated per-trait files use in their signatures.
 #[allow(unused_imports)]
 mod prelude {
-    pub(super) use super::forward::forward;
+    pub(super) use super::forward::{forward, forward_read};
     pub(super) use super::{HypatiaBackend, Inner};
     pub(super) use burn_backend::ops::*;
     pub(super) use burn_backend::quantization::{QuantScheme, QuantizationParametersPrimitive};
@@ -98,7 +98,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
     }
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
-        Inner::<R, F, I, BT>::sync(device)
+        // Errors Hypatia kept for the user first (see `fallback::defer_error`).
+        let synced = Inner::<R, F, I, BT>::sync(device);
+        match crate::fallback::take_deferred(device) {
+            Some(error) => Err(error),
+            None => synced,
+        }
     }
 
     fn ad_enabled(device: &Self::Device) -> bool {

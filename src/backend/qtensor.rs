@@ -15,7 +15,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> QTensorOps
         fn q_device(tensor: &QuantizedTensor<Self>) -> Device<Self>;
         fn q_to_device(tensor: QuantizedTensor<Self>, device: &Device<Self>) -> QuantizedTensor<Self>;
         fn q_reshape(tensor: QuantizedTensor<Self>, shape: Shape) -> QuantizedTensor<Self>;
-        fn q_into_data(tensor: QuantizedTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
         fn q_detach(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self>;
         fn q_set_require_grad(tensor: QuantizedTensor<Self>, _require_grad: bool) -> QuantizedTensor<Self>;
         fn q_is_require_grad(_tensor: &QuantizedTensor<Self>) -> bool;
@@ -88,5 +87,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> QTensorOps
         fn q_sort(tensor: QuantizedTensor<Self>, dim: usize, descending: bool) -> QuantizedTensor<Self>;
         fn q_sort_with_indices(tensor: QuantizedTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> (QuantizedTensor<Self>, IntTensor<Self>);
         fn q_argsort(tensor: QuantizedTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self>;
+    }}
+    forward_read! { QTensorOps<Inner<R, F, I, BT>> {
+        fn q_into_data(tensor: QuantizedTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
     }}
 }

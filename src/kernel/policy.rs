@@ -23,6 +23,13 @@ pub enum Execution {
     Split,
 }
 
+impl Execution {
+    /// A distinct bit per execution, for sets of them.
+    pub(crate) fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
 /// Override of the automatic choice (tests and benchmarks compare the two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecutionPolicy {

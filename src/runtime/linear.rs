@@ -1,14 +1,18 @@
 //! [`LinearOptimization`]: runs a [`Plan`] — fused kernels, or Burn's ops where they can't run.
 
 use super::HypatiaRuntime;
-use crate::fallback::{FallbackReason, run_unfused};
+use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
+use crate::fallback::{
+    FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused,
+};
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Execution, Operand, check_gate, check_linear, choose_execution,
-    launch_bias_activation, launch_fused_linear,
+    EpilogueInputs, Execution, LinearOutputs, Operand, check_gate, check_linear, choose_execution,
+    has_matrix_units, launch_bias_activation, launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::stats;
+use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
@@ -20,14 +24,29 @@ use std::sync::Arc;
 pub struct LinearOptimization<R: CubeRuntime> {
     plan: Arc<Plan>,
     device_key: String,
+    /// Per step of the plan: what its first executions established.
+    checks: Vec<StepCheck>,
     _runtime: PhantomData<R>,
+}
+
+/// What is known of one fused step of this optimization.
+#[derive(Clone, Debug, Default)]
+struct StepCheck {
+    /// The executions (bit `Execution as u8`) whose first launch was flushed without error.
+    launched: u8,
+    /// Verify mode compared it with Burn's ops, and they matched.
+    verified: bool,
+    /// A failure of the kernel itself: the step runs Burn's ops from now on.
+    broken: Option<FallbackReason>,
 }
 
 impl<R: CubeRuntime> LinearOptimization<R> {
     /// An optimization running `plan` on `device`.
     pub fn new(plan: impl Into<Arc<Plan>>, device: R::Device) -> Self {
+        let plan = plan.into();
         Self {
-            plan: plan.into(),
+            checks: vec![StepCheck::default(); plan.steps.len()],
+            plan,
             device_key: stats::device_key(&device),
             _runtime: PhantomData,
         }
@@ -60,45 +79,87 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     ) {
         if let Err(reason) = check_zero_scalars(&self.plan, context) {
             for step in self.plan.fused() {
-                self.record_fallback(step, &reason);
+                record_fallback(&self.device_key, step, &reason);
             }
             run_unfused(0..self.plan.len, context, execution);
             return;
         }
-        for step in &self.plan.steps {
-            match step {
-                Step::Run(index) => run_unfused([*index], context, execution),
-                Step::Fused(fused) => match run_fused(fused, context, execution) {
-                    Ok(Execution::Tiled) => stats::record(&self.device_key, |s| {
-                        stats::pattern(s, fused.epilogue.pattern()).executed += 1
-                    }),
-                    Ok(Execution::TensorCore) => stats::record(&self.device_key, |s| {
-                        stats::pattern(s, fused.epilogue.pattern()).tensor_core += 1
-                    }),
-                    Ok(Execution::Split) => stats::record(&self.device_key, |s| {
-                        stats::pattern(s, fused.epilogue.pattern()).split += 1
-                    }),
-                    Err(reason) => {
-                        self.record_fallback(fused, &reason);
-                        run_unfused(fused.ops.iter().copied(), context, execution);
+        let plan = self.plan.clone();
+        for (step, check) in plan.steps.iter().zip(&mut self.checks) {
+            let fused = match step {
+                Step::Run(index) => {
+                    run_unfused([*index], context, execution);
+                    continue;
+                }
+                Step::Fused(fused) => fused,
+            };
+            let outcome = match &check.broken {
+                Some(reason) => {
+                    run_unfused(fused.ops.iter().copied(), context, execution);
+                    Err(reason.clone())
+                }
+                None => {
+                    let verify = match check.verified {
+                        true => VerifyMode::Off,
+                        false => verify_mode(),
+                    };
+                    let checks = Checks {
+                        launched: check.launched,
+                        verify,
+                        device_key: &self.device_key,
+                    };
+                    run_fused(fused, context, execution, checks)
+                }
+            };
+            match outcome {
+                Ok(ran) => {
+                    check.launched |= ran.probed as u8 * ran.kind.bit();
+                    check.verified |= ran.verified;
+                    stats::record(&self.device_key, |s| {
+                        let counters = stats::pattern(s, fused.epilogue.pattern());
+                        counters.verified += ran.verified as u64;
+                        match ran.kind {
+                            Execution::Tiled => counters.executed += 1,
+                            Execution::TensorCore => counters.tensor_core += 1,
+                            Execution::Split => counters.split += 1,
+                        }
+                    });
+                }
+                Err(reason) => {
+                    if reason.is_permanent() && check.broken.is_none() {
+                        report_broken(&self.device_key, fused, &reason);
+                        check.broken = Some(reason.clone());
                     }
-                },
+                    record_fallback(&self.device_key, fused, &reason);
+                }
             }
         }
     }
+}
 
-    fn record_fallback(&self, step: &FusedLinear, reason: &FallbackReason) {
-        log::debug!(
-            "hypatia: {} fell back to Burn's ops: {reason}",
-            step.epilogue.pattern()
-        );
-        stats::record(&self.device_key, |s| {
-            let pattern = stats::pattern(s, step.epilogue.pattern());
-            *pattern
-                .fallbacks
-                .entry(reason.key().to_string())
-                .or_default() += 1;
-        });
+fn record_fallback(device_key: &str, step: &FusedLinear, reason: &FallbackReason) {
+    log::debug!(
+        "hypatia: {} fell back to Burn's ops: {reason}",
+        step.epilogue.pattern()
+    );
+    stats::record(device_key, |s| {
+        let pattern = stats::pattern(s, step.epilogue.pattern());
+        *pattern
+            .fallbacks
+            .entry(reason.key().to_string())
+            .or_default() += 1;
+    });
+}
+
+/// A step's kernel failed to launch or disagreed with Burn's ops: said once, loudly; in
+/// strict verify mode a mismatch also fails the user's next sync or read.
+fn report_broken(device_key: &str, step: &FusedLinear, reason: &FallbackReason) {
+    log::warn!(
+        "hypatia: {} runs Burn's ops from now on: {reason}",
+        step.epilogue.pattern()
+    );
+    if matches!(reason, FallbackReason::Mismatch(_)) && verify_mode() == VerifyMode::Strict {
+        defer_error(device_key, reason.to_string());
     }
 }
 
@@ -126,13 +187,115 @@ fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> TensorIr {
         .expect("every tensor of a claimed block is in the context")
 }
 
-/// One fused step, tiled or split; on `Err` nothing was launched and no handle was touched.
+/// What a step's execution must check besides running.
+#[derive(Clone, Copy)]
+struct Checks<'a> {
+    /// The executions (bits) already launched once without error: others are flushed and
+    /// checked after their first launch.
+    launched: u8,
+    /// Compare with Burn's ops.
+    verify: VerifyMode,
+    device_key: &'a str,
+}
+
+/// How a step ran.
+struct Ran {
+    kind: Execution,
+    /// Its launch was checked for device errors.
+    probed: bool,
+    /// Verify mode compared it with Burn's ops, and they matched.
+    verified: bool,
+}
+
+/// The tensors a fused launch produced, for the step's `out` and `pre`.
+struct Produced<R: CubeRuntime> {
+    outputs: LinearOutputs<R>,
+    /// The ops still to run for Burn's results (all of the step's, or those after the split
+    /// matmul), and the handles to release when the fused outputs are kept.
+    rest: Vec<usize>,
+    consumed: Vec<TensorRef>,
+}
+
+/// One fused step, tiled, on the tensor-core engine or split. On `Err` the step ran as Burn's
+/// ops instead (nothing fused was kept) and the reason says why.
 fn run_fused<R: CubeRuntime>(
     step: &FusedLinear,
     context: &mut Context<CubeFusionHandle<R>>,
     execution: &OrderedExecution<HypatiaRuntime<R>>,
-) -> Result<Execution, FallbackReason> {
+    checks: Checks<'_>,
+) -> Result<Ran, FallbackReason> {
     let [x, w] = [step.x, step.w].map(|r| real_tensor(context, &r.id));
+    let launched = match launch(step, &x, &w, context, execution, checks) {
+        Ok(Some(launched)) => launched,
+        Ok(None) => {
+            // Split with nothing to apply: the inner backend's matmul wrote the output.
+            return Ok(Ran {
+                kind: Execution::Split,
+                probed: false,
+                verified: false,
+            });
+        }
+        Err(reason) => {
+            run_unfused(step.ops.iter().copied(), context, execution);
+            return Err(reason);
+        }
+    };
+    let (kind, produced) = launched;
+    let client = produced.outputs.out.client.clone();
+    let probed = checks.launched & kind.bit() == 0;
+    if probed && let Err(reason) = after_first_launch(&client) {
+        run_unfused(produced.rest.iter().copied(), context, execution);
+        return Err(reason);
+    }
+    if checks.verify != VerifyMode::Off {
+        // Burn's ops produce the results the user reads; the fused ones are only compared.
+        run_unfused(produced.rest.iter().copied(), context, execution);
+        let tf32 = has_matrix_units(&client, DType::F32);
+        return match compare(step, [&x, &w], produced.outputs, context, tf32) {
+            Ok(()) => Ok(Ran {
+                kind,
+                probed,
+                verified: true,
+            }),
+            Err(reason) => Err(reason),
+        };
+    }
+    // Release the handles whose last reader was this step (once each: x may also be w).
+    let mut released = Vec::new();
+    for reference in produced.consumed {
+        if reference.status == TensorStatus::ReadWrite && !released.contains(&reference.id) {
+            let id = real_tensor(context, &reference.id).id;
+            context.handles.get_handle(&id, &TensorStatus::ReadWrite);
+            released.push(reference.id);
+        }
+    }
+    let outputs = produced.outputs;
+    context
+        .handles
+        .register_handle(real_tensor(context, &step.out).id, outputs.out);
+    if let (Some(pre), Some(handle)) = (step.pre, outputs.pre) {
+        let pre = real_tensor(context, &pre);
+        context.handles.register_handle(pre.id, handle);
+    }
+    Ok(Ran {
+        kind,
+        probed,
+        verified: false,
+    })
+}
+
+/// Validates the step and launches its kernels, leaving every handle of the context in place
+/// (a split runs the inner backend's matmul ops first). `Ok(None)`: a split with no epilogue,
+/// fully run. On `Err` nothing ran.
+#[allow(clippy::type_complexity)]
+fn launch<R: CubeRuntime>(
+    step: &FusedLinear,
+    x: &TensorIr,
+    w: &TensorIr,
+    context: &mut Context<CubeFusionHandle<R>>,
+    execution: &OrderedExecution<HypatiaRuntime<R>>,
+    checks: Checks<'_>,
+) -> Result<Option<(Execution, Produced<R>)>, FallbackReason> {
     let bias = step.bias.map(|r| real_tensor(context, &r.id));
     let gate = step.gate.map(|r| real_tensor(context, &r.id));
     let out = real_tensor(context, &step.out);
@@ -166,60 +329,102 @@ fn run_fused<R: CubeRuntime>(
         .client
         .clone();
     let kind = choose_execution(&problem, step.epilogue, &client);
-    let bias_operand = bias.as_ref().map(|t| operand(context, t));
+    if kind == Execution::Split && step.out == step.matmul_out {
+        run_unfused(step.matmul_ops.iter().copied(), context, execution);
+        return Ok(None);
+    }
+    if checks.launched & kind.bit() == 0 {
+        before_first_launch(&client, checks.device_key);
+    }
+    let bias = bias.as_ref().map(|t| operand(context, t));
     let epilogue = EpilogueInputs {
         epilogue: step.epilogue,
-        bias: bias_operand.as_ref(),
+        bias: bias.as_ref(),
         gate: gate.as_ref(),
     };
     let write_pre = step.pre.is_some();
-    let (outputs, consumed): (_, Vec<TensorRef>) = match kind {
+    let produced = match kind {
         Execution::Tiled | Execution::TensorCore => {
             let launch = match kind {
                 Execution::Tiled => launch_fused_linear,
                 _ => tensor_core_linear,
             };
-            let (x, w) = (operand(context, &x), operand(context, &w));
-            let outputs = launch(&problem, &x, &w, epilogue, write_pre);
-            (outputs, step.operands().collect())
-        }
-        Execution::Split if step.out == step.matmul_out => {
-            // Nothing to apply: the inner backend's matmul writes the output itself.
-            run_unfused(step.matmul_ops.iter().copied(), context, execution);
-            return Ok(kind);
+            let (x, w) = (operand(context, x), operand(context, w));
+            Produced {
+                outputs: launch(&problem, &x, &w, epilogue, write_pre),
+                rest: step.ops.clone(),
+                consumed: step.operands().collect(),
+            }
         }
         Execution::Split => {
             // The inner backend's matmul (its ops consume x and w as Burn would), then the
-            // epilogue kernel over its output, which nothing else reads.
+            // epilogue kernel over its output, which only the step's other ops read.
             run_unfused(step.matmul_ops.iter().copied(), context, execution);
             let matmul_out = real_tensor(context, &step.matmul_out);
-            let matmul_out = Operand {
-                handle: context
-                    .handles
-                    .get_handle(&matmul_out.id, &TensorStatus::ReadWrite),
-                shape: matmul_out.shape.to_vec(),
-            };
+            let matmul_out = operand(context, &matmul_out);
             let outputs = launch_bias_activation(&matmul_out, epilogue, write_pre)
                 .expect("check_linear accepted this bias for this output");
-            (
+            let rest = step.ops.iter().copied();
+            Produced {
                 outputs,
-                [step.bias, step.gate].into_iter().flatten().collect(),
-            )
+                rest: rest.filter(|op| !step.matmul_ops.contains(op)).collect(),
+                consumed: [step.bias, step.gate]
+                    .into_iter()
+                    .flatten()
+                    .chain([TensorRef {
+                        id: step.matmul_out,
+                        status: TensorStatus::ReadWrite,
+                    }])
+                    .collect(),
+            }
         }
     };
-    // Release the handles whose last reader was this step (once each: x may also be w).
-    let mut released = Vec::new();
-    for reference in consumed {
-        if reference.status == TensorStatus::ReadWrite && !released.contains(&reference.id) {
-            let id = real_tensor(context, &reference.id).id;
-            context.handles.get_handle(&id, &TensorStatus::ReadWrite);
-            released.push(reference.id);
+    Ok(Some((kind, produced)))
+}
+
+/// Compares the fused outputs with Burn's, which the step's ops have just registered.
+fn compare<R: CubeRuntime>(
+    step: &FusedLinear,
+    [x, w]: [&TensorIr; 2],
+    outputs: LinearOutputs<R>,
+    context: &mut Context<CubeFusionHandle<R>>,
+    tf32: bool,
+) -> Result<(), FallbackReason> {
+    let pairs = [
+        (Some(step.out), Some(outputs.out), "output"),
+        (step.pre, outputs.pre, "pre-activation"),
+    ];
+    for (id, fused, tensor) in pairs {
+        let (Some(id), Some(fused)) = (id, fused) else {
+            continue;
+        };
+        let burn = real_tensor(context, &id);
+        let burn_handle = context
+            .handles
+            .get_handle(&burn.id, &TensorStatus::ReadOnly);
+        let read = |handle| {
+            verify::read(handle, &burn.shape).map_err(|e| FallbackReason::Launch(e.to_string()))
+        };
+        #[allow(unused_mut)]
+        let mut fused = read(fused)?;
+        #[cfg(test)]
+        if crate::fallback::injected() == crate::fallback::Fault::WrongResult {
+            fused[0] += 1.0;
+        }
+        let difference = Difference::between(&fused, &read(burn_handle)?);
+        let tolerance = verify::tolerance(burn.dtype, tf32);
+        if !difference.within(tolerance) {
+            return Err(FallbackReason::Mismatch(Box::new(Mismatch {
+                pattern: step.epilogue.pattern(),
+                tensor,
+                x: x.shape.to_vec(),
+                w: w.shape.to_vec(),
+                shape: burn.shape.to_vec(),
+                dtype: burn.dtype,
+                difference,
+                tolerance,
+            })));
         }
     }
-    context.handles.register_handle(out.id, outputs.out);
-    if let (Some(pre), Some(handle)) = (step.pre, outputs.pre) {
-        let pre = real_tensor(context, &pre);
-        context.handles.register_handle(pre.id, handle);
-    }
-    Ok(kind)
+    Ok(())
 }

@@ -1,0 +1,122 @@
+//! Fallback: run claimed ops exactly as Burn would, one by one, on the inner backend.
+//!
+//! Used when a plan cannot run as fused (a scalar guard fails, a shape the kernel does not
+//! take, a kernel that failed to compile or launch, a result that [`verify`] mode rejected):
+//! the block was claimed, so Hypatia owes it an execution. Each op's own closure (what
+//! `Fusion` registered) runs on the inner backend, so results are Burn's bit for bit.
+//!
+//! Errors the device reports go back to the user as Burn would report them: at the next
+//! `B::sync` or tensor read, as an [`ExecutionError`] (see [`defer_error`]).
+
+mod probe;
+pub mod verify;
+
+#[cfg(test)]
+pub(crate) use probe::{Fault, inject_fault, injected};
+pub(crate) use probe::{after_first_launch, before_first_launch};
+
+use crate::runtime::HypatiaRuntime;
+use burn_backend::ExecutionError;
+use burn_cubecl::CubeRuntime;
+use burn_cubecl_fusion::CubeFusionHandle;
+use burn_fusion::stream::{Context, OrderedExecution};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+pub use verify::{Mismatch, VerifyMode, set_verify_mode, verify_mode};
+
+/// Why a claimed plan (or one of its steps) ran Burn's ops instead of the fused kernel.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum FallbackReason {
+    /// The activation's scalars were not zero (e.g. `clamp_min(x, 0.5)` has relu's shape).
+    #[error("scalar {id} is {value}, the fused activation needs 0")]
+    NonZeroScalar {
+        /// Relative scalar id.
+        id: u64,
+        /// Its value at run time.
+        value: f64,
+    },
+    /// The kernel refused the real shapes or types.
+    #[error("kernel: {0}")]
+    Kernel(#[from] crate::kernel::KernelError),
+    /// The device could not compile or launch the fused kernel (checked at a step's first
+    /// execution); the step runs Burn's ops from then on.
+    #[error("the fused kernel failed to launch: {0}")]
+    Launch(String),
+    /// [`verify`] mode found the fused result differing from Burn's ops; the step runs Burn's
+    /// ops from then on.
+    #[error("{0}")]
+    Mismatch(Box<Mismatch>),
+}
+
+impl FallbackReason {
+    /// A short stable name, used as a key in [`FusionStats`](crate::FusionStats).
+    pub fn key(&self) -> &'static str {
+        match self {
+            FallbackReason::NonZeroScalar { .. } => "non-zero-scalar",
+            FallbackReason::Kernel(error) => error.key(),
+            FallbackReason::Launch(_) => "launch-failed",
+            FallbackReason::Mismatch(_) => "verify-mismatch",
+        }
+    }
+
+    /// Whether the step should not try its kernel again: a failure of the kernel itself, not
+    /// of this execution's inputs.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            FallbackReason::Launch(_) | FallbackReason::Mismatch(_)
+        )
+    }
+}
+
+/// Runs block ops `indices` (in that order) through their unfused closures.
+pub fn run_unfused<R: CubeRuntime>(
+    indices: impl IntoIterator<Item = usize>,
+    context: &mut Context<CubeFusionHandle<R>>,
+    execution: &OrderedExecution<HypatiaRuntime<R>>,
+) {
+    for index in indices {
+        execution
+            .operation_within_optimization(index)
+            .execute(&mut context.handles);
+    }
+}
+
+/// Errors waiting for the user's next sync or read, per device key.
+fn deferred() -> &'static Mutex<HashMap<String, Vec<String>>> {
+    static DEFERRED: OnceLock<Mutex<HashMap<String, Vec<String>>>> = OnceLock::new();
+    DEFERRED.get_or_init(Default::default)
+}
+
+/// Set while any error waits, so that reads skip the lock when none does (the usual case).
+static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
+
+/// Keeps `reason` for the user: the next `B::sync(device)` or tensor read on `device` returns
+/// it as an [`ExecutionError`], where Burn reports device errors. The stream itself runs on
+/// (with Burn's results), so nothing is left half-executed.
+pub(crate) fn defer_error(device_key: &str, reason: String) {
+    let mut map = deferred()
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
+    map.entry(device_key.to_string()).or_default().push(reason);
+    ANY_DEFERRED.store(true, Ordering::Release);
+}
+
+/// The errors [`defer_error`] kept for `device`, as one [`ExecutionError`], and forgets them.
+pub(crate) fn take_deferred<D: core::fmt::Debug>(device: &D) -> Option<ExecutionError> {
+    if !ANY_DEFERRED.load(Ordering::Acquire) {
+        return None;
+    }
+    let mut map = deferred()
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
+    let reasons = map.remove(&crate::stats::device_key(device))?;
+    ANY_DEFERRED.store(!map.is_empty(), Ordering::Release);
+    Some(ExecutionError::WithContext {
+        reason: reasons.join("\n"),
+    })
+}
+
+#[cfg(all(test, feature = "wgpu"))]
+mod tests;

@@ -1,0 +1,149 @@
+//! Faults injected into fused steps, and verify mode, on the default wgpu device (lavapipe
+//! without a GPU). Each test uses a window of its own (rank and equal dims differ), so that
+//! burn-fusion's plan store, shared by the process, hands each a fresh optimization.
+
+use super::{Fault, VerifyMode, inject_fault, set_verify_mode};
+use burn::backend::Wgpu;
+use burn::backend::wgpu::WgpuDevice;
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+
+type Fused = crate::Hypatia<Wgpu>;
+
+/// Restores no fault and verify mode off, even when an assertion fails.
+struct Reset;
+
+impl Drop for Reset {
+    fn drop(&mut self) {
+        inject_fault(Fault::None);
+        set_verify_mode(VerifyMode::Off);
+    }
+}
+
+fn values(len: usize, seed: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| (((i * 7 + seed * 13) % 23) as f32 - 11.0) / 8.0)
+        .collect()
+}
+
+/// `relu(x · w + b)` for `x` of `x_shape` (its last dim is k) and `n` outputs.
+fn linear_relu<B: Backend, const D: usize>(x_shape: [usize; D], n: usize) -> Tensor<B, D> {
+    let device = Default::default();
+    let k = x_shape[D - 1];
+    let x = TensorData::new(values(x_shape.iter().product(), 1), x_shape);
+    let x = Tensor::<B, D>::from_data(x, &device);
+    let w = Tensor::<B, 2>::from_data(TensorData::new(values(k * n, 2), [k, n]), &device);
+    let b = Tensor::<B, 1>::from_data(TensorData::new(values(n, 3), [n]), &device);
+    relu(x.matmul(w.unsqueeze()) + b.unsqueeze())
+}
+
+fn assert_equal(fused: TensorData, plain: TensorData) {
+    let (fused, plain) = (
+        fused.to_vec::<f32>().unwrap(),
+        plain.to_vec::<f32>().unwrap(),
+    );
+    assert_eq!(fused.len(), plain.len());
+    for (f, p) in fused.iter().zip(&plain) {
+        assert!((f - p).abs() <= 1e-5 * p.abs().max(1.0), "{f} vs {p}");
+    }
+}
+
+fn fallbacks(reason: &str) -> u64 {
+    let stats = crate::stats(&WgpuDevice::default());
+    let pattern = stats
+        .patterns
+        .get("linear-relu")
+        .cloned()
+        .unwrap_or_default();
+    pattern.fallbacks.get(reason).copied().unwrap_or(0)
+}
+
+fn fused_runs() -> u64 {
+    crate::stats(&WgpuDevice::default()).executed("linear-relu")
+}
+
+#[test]
+fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
+    let _reset = Reset;
+    let (before, runs) = (fallbacks("launch-failed"), fused_runs());
+    inject_fault(Fault::Launch);
+    let fused = linear_relu::<Fused, 3>([3, 5, 7], 4).into_data();
+    assert_equal(fused, linear_relu::<Wgpu, 3>([3, 5, 7], 4).into_data());
+    assert_eq!(
+        fallbacks("launch-failed"),
+        before + 1,
+        "recorded with its reason"
+    );
+    // The fault is gone, but the step's kernel failed once: it stays on Burn's ops.
+    inject_fault(Fault::None);
+    let fused = linear_relu::<Fused, 3>([3, 5, 7], 4).into_data();
+    assert_equal(fused, linear_relu::<Wgpu, 3>([3, 5, 7], 4).into_data());
+    assert_eq!(fallbacks("launch-failed"), before + 2);
+    assert_eq!(fused_runs(), runs, "no fused result was kept");
+}
+
+#[test]
+fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
+    let _reset = Reset;
+    let before = fallbacks("verify-mismatch");
+    set_verify_mode(VerifyMode::Strict);
+    inject_fault(Fault::WrongResult);
+    let error = linear_relu::<Fused, 2>([6, 6], 5)
+        .try_into_data()
+        .expect_err("strict verify fails the read");
+    let message = error.to_string();
+    for expected in [
+        "linear-relu",
+        "x [6, 6] · w [6, 5]",
+        "max abs error 1.000e0",
+    ] {
+        assert!(message.contains(expected), "{expected:?} in {message}");
+    }
+    assert_eq!(fallbacks("verify-mismatch"), before + 1);
+    // Reported once; the step now runs Burn's ops, so reads succeed and are Burn's.
+    let fused = linear_relu::<Fused, 2>([6, 6], 5).into_data();
+    assert_equal(fused, linear_relu::<Wgpu, 2>([6, 6], 5).into_data());
+    Fused::sync(&WgpuDevice::default()).expect("nothing left to report");
+}
+
+#[test]
+fn strict_verify_fails_the_next_sync() {
+    let _reset = Reset;
+    set_verify_mode(VerifyMode::Strict);
+    inject_fault(Fault::WrongResult);
+    let y = linear_relu::<Fused, 2>([9, 4], 4);
+    let error = Fused::sync(&WgpuDevice::default()).expect_err("strict verify fails sync");
+    assert!(
+        error.to_string().contains("hypatia verify: linear-relu"),
+        "{error}"
+    );
+    assert_equal(y.into_data(), linear_relu::<Wgpu, 2>([9, 4], 4).into_data());
+}
+
+#[test]
+fn warn_verify_falls_back_without_an_error() {
+    let _reset = Reset;
+    let before = fallbacks("verify-mismatch");
+    set_verify_mode(VerifyMode::Warn);
+    inject_fault(Fault::WrongResult);
+    let fused = linear_relu::<Fused, 4>([2, 2, 3, 5], 3).into_data();
+    assert_equal(fused, linear_relu::<Wgpu, 4>([2, 2, 3, 5], 3).into_data());
+    assert_eq!(fallbacks("verify-mismatch"), before + 1);
+}
+
+#[test]
+fn verify_accepts_the_real_kernel() {
+    let _reset = Reset;
+    let stats = || crate::stats(&WgpuDevice::default());
+    let verified = |s: crate::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.verified);
+    let (before, runs) = (verified(stats()), fused_runs());
+    set_verify_mode(VerifyMode::Strict);
+    let fused = linear_relu::<Fused, 3>([4, 4, 4], 4).into_data();
+    assert_equal(fused, linear_relu::<Wgpu, 3>([4, 4, 4], 4).into_data());
+    assert_eq!(verified(stats()), before + 1, "checked once and equal");
+    // Verified steps run fused, unchecked, from then on.
+    let fused = linear_relu::<Fused, 3>([4, 4, 4], 4).into_data();
+    assert_equal(fused, linear_relu::<Wgpu, 3>([4, 4, 4], 4).into_data());
+    assert_eq!(verified(stats()), before + 1);
+    assert_eq!(fused_runs(), runs + 2);
+}

@@ -1,0 +1,186 @@
+//! Verify mode (the prototype's "dual mode"): while it is on, the first execution of every
+//! fused step also runs Burn's unfused ops and compares the two results.
+//!
+//! The user then reads Burn's results, so verification never changes what a model computes.
+//! A difference beyond [`tolerance`] (or a NaN / ±Inf where the other has none) makes the step
+//! run Burn's ops from then on and is recorded in [`FusionStats`](crate::FusionStats) under
+//! the fallback key `verify-mismatch`; [`VerifyMode::Strict`] also returns it as an error from
+//! the next `B::sync` or tensor read on the device, the way Burn reports device errors.
+//!
+//! ```
+//! use hypatia::fallback::{VerifyMode, set_verify_mode, verify_mode};
+//! set_verify_mode(VerifyMode::Strict); // or HYPATIA_VERIFY=strict before the first fused op
+//! assert_eq!(verify_mode(), VerifyMode::Strict);
+//! set_verify_mode(VerifyMode::Off);
+//! ```
+
+use burn_backend::{DType, ExecutionError, Shape};
+use burn_cubecl::{CubeBackend, CubeRuntime};
+use burn_cubecl_fusion::CubeFusionHandle;
+use burn_ir::{BackendIr, TensorHandle};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// What verification does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VerifyMode {
+    /// No check (the default): fused steps run alone.
+    #[default]
+    Off,
+    /// Check; a difference is logged at `warn` level and the step falls back to Burn's ops.
+    Warn,
+    /// Check; a difference also fails the next sync or read on the device with the pattern,
+    /// shapes and errors.
+    Strict,
+}
+
+impl core::str::FromStr for VerifyMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" | "" => Ok(Self::Off),
+            "warn" => Ok(Self::Warn),
+            "strict" => Ok(Self::Strict),
+            other => Err(format!(
+                "HYPATIA_VERIFY={other}: expected strict, warn or off"
+            )),
+        }
+    }
+}
+
+static MODE: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Sets the mode for the whole process; it applies to fused steps not yet verified.
+pub fn set_verify_mode(mode: VerifyMode) {
+    MODE.store(mode as u8, Ordering::Relaxed);
+}
+
+/// The mode in force: the last [`set_verify_mode`], else `HYPATIA_VERIFY=strict|warn|off`,
+/// else off. An unknown value is logged and means off.
+pub fn verify_mode() -> VerifyMode {
+    match MODE.load(Ordering::Relaxed) {
+        0 => VerifyMode::Off,
+        1 => VerifyMode::Warn,
+        2 => VerifyMode::Strict,
+        _ => {
+            let mode = std::env::var("HYPATIA_VERIFY")
+                .unwrap_or_default()
+                .parse()
+                .unwrap_or_else(|error: String| {
+                    log::error!("hypatia: {error}");
+                    VerifyMode::Off
+                });
+            set_verify_mode(mode);
+            mode
+        }
+    }
+}
+
+/// The largest accepted `|fused − burn|`, relative to `max(1, max |burn|)`.
+///
+/// Both sides accumulate in f32 in different orders and round once (fused) or after each op
+/// (Burn) to the storage type, so they differ by a few units of the storage type's roundoff;
+/// on devices whose f32 matmul runs TF32 (`tf32`), by TF32's. A real fault (a lost bias, a
+/// wrong gate, a stale tile) is off by O(1).
+pub fn tolerance(dtype: DType, tf32: bool) -> f64 {
+    match dtype {
+        DType::F32 if tf32 => 5e-3,
+        DType::F16 => 4e-3,
+        DType::BF16 => 2e-2,
+        _ => 1e-4,
+    }
+}
+
+/// How far a fused result is from Burn's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Difference {
+    /// Largest `|fused − burn|` over elements finite in both.
+    pub max_abs: f64,
+    /// `max_abs / max(1, max |burn|)`: what [`tolerance`] bounds.
+    pub max_rel: f64,
+    /// The first element where one side is NaN or ±Inf and the other is not the same.
+    pub nonfinite: Option<usize>,
+}
+
+impl Difference {
+    /// Compares `fused` with `burn`, element by element.
+    ///
+    /// ```
+    /// use hypatia::fallback::verify::Difference;
+    /// let d = Difference::between(&[1.0, f32::NAN, 4.0], &[1.0, f32::NAN, 2.0]);
+    /// assert_eq!((d.max_abs, d.max_rel, d.nonfinite), (2.0, 0.5, None));
+    /// let d = Difference::between(&[0.0, 0.0], &[0.0, f32::NAN]);
+    /// assert_eq!(d.nonfinite, Some(1)); // relu(NaN) must stay NaN
+    /// ```
+    pub fn between(fused: &[f32], burn: &[f32]) -> Self {
+        let mut difference = Self::default();
+        let mut scale = 1.0f64;
+        for (i, (&a, &b)) in fused.iter().zip(burn).enumerate() {
+            if a.is_finite() && b.is_finite() {
+                difference.max_abs = difference.max_abs.max((a as f64 - b as f64).abs());
+                scale = scale.max((b as f64).abs());
+            } else if a.is_nan() != b.is_nan() || (!a.is_nan() && a != b) {
+                difference.nonfinite.get_or_insert(i);
+            }
+        }
+        if fused.len() != burn.len() {
+            difference
+                .nonfinite
+                .get_or_insert(fused.len().min(burn.len()));
+        }
+        difference.max_rel = difference.max_abs / scale;
+        difference
+    }
+
+    /// Whether the two agree within `tolerance` with the same NaN / ±Inf.
+    pub fn within(&self, tolerance: f64) -> bool {
+        self.nonfinite.is_none() && self.max_rel <= tolerance
+    }
+}
+
+/// A fused step whose result differed from Burn's ops.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "hypatia verify: {pattern} differs from Burn's ops in its {tensor} (x {x:?} · w {w:?} -> \
+     {shape:?}, {dtype:?}): max abs error {:.3e}, max rel error {:.3e}, tolerance {tolerance:.1e}{}",
+    difference.max_abs,
+    difference.max_rel,
+    difference.nonfinite.map(|i| format!(", NaN/Inf differ at element {i}")).unwrap_or_default()
+)]
+pub struct Mismatch {
+    /// The pattern (`linear-relu`, `matmul-relu-grad`, `matmul`).
+    pub pattern: &'static str,
+    /// Which output: `output` or `pre-activation`.
+    pub tensor: &'static str,
+    /// Left operand shape.
+    pub x: Vec<usize>,
+    /// Right operand shape.
+    pub w: Vec<usize>,
+    /// Output shape.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+    /// How far apart the two were.
+    pub difference: Difference,
+    /// The bound it broke.
+    pub tolerance: f64,
+}
+
+/// The values of a device tensor (any float dtype, any strides), as f32.
+pub(crate) fn read<R: CubeRuntime>(
+    handle: CubeFusionHandle<R>,
+    shape: &[usize],
+) -> Result<Vec<f32>, ExecutionError> {
+    use burn_backend::ops::FloatTensorOps;
+    type Reader<R> = CubeBackend<R, f32, i32, u8>;
+    let tensor = <Reader<R> as BackendIr>::float_tensor(TensorHandle {
+        handle,
+        shape: Shape::from(shape.to_vec()),
+    });
+    let data = burn_std::future::block_on(Reader::<R>::float_into_data(tensor))?;
+    data.convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|error| ExecutionError::WithContext {
+            reason: format!("{error:?}"),
+        })
+}
