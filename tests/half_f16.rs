@@ -6,8 +6,23 @@
 mod check;
 #[path = "suite/common.rs"]
 mod common;
+#[path = "suite/properties.rs"]
+mod properties;
 
 #[test]
 fn matches_burn_in_f16() {
     check::check_half::<burn::tensor::f16>();
+}
+
+#[test]
+fn properties_hold_in_f16() {
+    use burn::prelude::Backend;
+    use burn::tensor::f16;
+    if !common::PlainOf::<f16>::supports_dtype(&common::device(), burn::tensor::DType::F16) {
+        eprintln!("skipped: this device has no f16 arithmetic");
+        return;
+    }
+    let forward = properties::check_forward::<f16, common::PlainOf<f16>, common::FusedOf<f16>>(12);
+    let backward = properties::check_backward::<f16, common::PlainOf<f16>, common::FusedOf<f16>>(6);
+    eprintln!("cases where Burn differs from float64: {forward:?} {backward:?}");
 }

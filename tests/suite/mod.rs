@@ -1,8 +1,12 @@
 mod capture;
 mod check;
 mod common;
+mod conformance;
+mod errors;
 mod fuser;
 mod kernel;
 mod mlp;
+mod properties;
+mod property_tests;
 mod replay;
 mod train;

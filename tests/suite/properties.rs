@@ -1,0 +1,523 @@
+//! Property tests: random problems for every fused pattern, forward and backward, on
+//! `Hypatia<B>` against the unfused inner backend `B`.
+//!
+//! A problem draws M, K, N in 1..=300 (primes and 1, 17, 33, 65 favoured), a rank of 2 to 4
+//! for x, bias or none, a layout per operand (contiguous, transposed or sliced, the last two
+//! read through strides), an execution policy (automatic, tiled, split) and values in
+//! [-scale, scale) with NaN, ±Inf, ±0.0 and subnormals sprinkled in. Results must agree within
+//! the dtype's tolerance with NaN and ±Inf in the same places, and Hypatia must have run it.
+//!
+//! Cases are seeded (`PROPTEST_RNG_SEED` picks another seed, `PROPTEST_CASES` more cases), so
+//! CI is repeatable; a failure prints the shrunk problem.
+
+use super::check::burn_tolerance;
+use super::common::*;
+use burn::backend::Autodiff;
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+use burn::tensor::{DType, Element};
+use hypatia::kernel::ExecutionPolicy;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+
+/// How an operand is laid out in memory.
+#[derive(Clone, Copy, Debug)]
+pub enum Layout {
+    Contiguous,
+    /// Stored with its last two dims swapped, then `swap_dims`: column-major strides.
+    Transposed,
+    /// A window of a larger tensor: row stride longer than the row, non-zero offset.
+    Sliced,
+}
+
+/// One random Linear(+bias) → ReLU problem.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    /// Leading dims of x (rank 2 + lead.len()).
+    pub lead: Vec<usize>,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub bias: bool,
+    pub x_layout: Layout,
+    pub w_layout: Layout,
+    pub policy: ExecutionPolicy,
+    /// Seed of the values.
+    pub seed: u64,
+    /// Special values per operand (NaN, ±Inf, ±0.0, subnormals) at seeded positions.
+    pub specials: usize,
+}
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        3 => 1..=300usize,
+        1 => prop::sample::select(vec![1usize, 2, 3, 7, 13, 17, 31, 33, 61, 65, 127, 257, 293]),
+    ]
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    prop::sample::select(vec![Layout::Contiguous, Layout::Transposed, Layout::Sliced])
+}
+
+pub fn problem() -> impl Strategy<Value = Problem> {
+    (
+        prop::collection::vec(1..=3usize, 0..=2),
+        (dim(), dim(), dim()),
+        any::<bool>(),
+        (layout(), layout()),
+        prop::sample::select(vec![
+            ExecutionPolicy::Auto,
+            ExecutionPolicy::Tiled,
+            ExecutionPolicy::Split,
+        ]),
+        any::<u64>(),
+        0..6usize,
+    )
+        .prop_map(
+            |(lead, (m, k, n), bias, (x_layout, w_layout), policy, seed, specials)| Problem {
+                lead,
+                m,
+                k,
+                n,
+                bias,
+                x_layout,
+                w_layout,
+                policy,
+                seed,
+                specials,
+            },
+        )
+}
+
+/// A seeded runner: `PROPTEST_CASES` or `cases`, `PROPTEST_RNG_SEED` or a fixed seed.
+pub fn runner(cases: u32) -> TestRunner {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    let seed = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x0048_7970_6174_6961);
+    TestRunner::new(Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        max_shrink_iters: 64,
+        ..Config::default()
+    })
+}
+
+const SPECIALS: [f32; 7] = [
+    f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    0.0,
+    -0.0,
+    1.0e-40,  // subnormal
+    -3.0e-39, // subnormal
+];
+
+/// `len` seeded values in [-scale, scale) with `specials` special values at seeded places.
+fn values(seed: u64, len: usize, scale: f32, specials: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = super::common::values(seed, len)
+        .into_iter()
+        .map(|x| x * scale)
+        .collect();
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for s in 0..specials {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let at = (state >> 33) as usize % len;
+        v[at] = SPECIALS[(s + (state >> 60) as usize) % SPECIALS.len()];
+    }
+    v
+}
+
+/// A tensor of logical `shape` laid out as `layout`, holding `logical` (row-major).
+fn operand<B: Backend, const D: usize>(
+    logical: &[f32],
+    shape: [usize; D],
+    layout: Layout,
+    device: &B::Device,
+) -> Tensor<B, D> {
+    let dtype = B::FloatElem::dtype();
+    let (rows, cols) = (shape[D - 2], shape[D - 1]);
+    let batch: usize = shape[..D - 2].iter().product();
+    let at = |b: usize, r: usize, c: usize| logical[(b * rows + r) * cols + c];
+    match layout {
+        Layout::Contiguous => {
+            let data = TensorData::new(logical.to_vec(), shape).convert_dtype(dtype);
+            Tensor::from_data(data, device)
+        }
+        Layout::Transposed => {
+            let mut stored = shape;
+            stored.swap(D - 2, D - 1);
+            let values = (0..batch)
+                .flat_map(|b| (0..cols).flat_map(move |c| (0..rows).map(move |r| (b, r, c))))
+                .map(|(b, r, c)| at(b, r, c))
+                .collect::<Vec<_>>();
+            let data = TensorData::new(values, stored).convert_dtype(dtype);
+            Tensor::<B, D>::from_data(data, device).swap_dims(D - 2, D - 1)
+        }
+        Layout::Sliced => {
+            // One extra row above, two extra columns on the left, one on the right.
+            let mut stored = shape;
+            stored[D - 2] += 1;
+            stored[D - 1] += 3;
+            let values = (0..batch)
+                .flat_map(|b| {
+                    (0..rows + 1).flat_map(move |r| (0..cols + 3).map(move |c| (b, r, c)))
+                })
+                .map(|(b, r, c)| match (r.checked_sub(1), c.checked_sub(2)) {
+                    (Some(r), Some(c)) if c < cols => at(b, r, c),
+                    _ => f32::NAN, // read only if the strides are wrong
+                })
+                .collect::<Vec<_>>();
+            let data = TensorData::new(values, stored).convert_dtype(dtype);
+            let ranges: [core::ops::Range<usize>; D] = core::array::from_fn(|i| match i {
+                _ if i == D - 2 => 1..rows + 1,
+                _ if i == D - 1 => 2..cols + 2,
+                _ => 0..shape[i],
+            });
+            Tensor::<B, D>::from_data(data, device).slice(ranges)
+        }
+    }
+}
+
+/// Width of the second layer in the backward problem.
+const OUT: usize = 5;
+
+/// The problem's values in logical row-major order: x, w, bias, the second layer `v`
+/// (`[n, OUT]`) and the upstream gradient (`[.., m, OUT]`).
+struct Values {
+    x: Vec<f32>,
+    w: Vec<f32>,
+    b: Vec<f32>,
+    v: Vec<f32>,
+    g: Vec<f32>,
+}
+
+impl Problem {
+    fn batch(&self) -> usize {
+        self.lead.iter().product()
+    }
+
+    /// The values, rounded to `dtype` (as the device holds them).
+    fn values(&self, scale: f32, dtype: DType) -> Values {
+        let (batch, (m, k, n)) = (self.batch(), (self.m, self.k, self.n));
+        let round = |v: Vec<f32>| match dtype {
+            DType::F16 => v
+                .into_iter()
+                .map(|x| half::f16::from_f32(x).to_f32())
+                .collect(),
+            _ => v,
+        };
+        Values {
+            x: round(values(self.seed, batch * m * k, scale, self.specials)),
+            w: round(values(self.seed + 1, k * n, scale, self.specials / 2)),
+            b: round(values(self.seed + 2, n, scale, self.specials / 3)),
+            v: round(values(self.seed + 4, n * OUT, 1.0, 0)),
+            g: round(values(self.seed + 3, batch * m * OUT, 1.0, 0)),
+        }
+    }
+
+    /// `pre = x·w (+ b)` in float64.
+    fn pre(&self, v: &Values) -> Vec<f64> {
+        let (batch, (m, k, n)) = (self.batch(), (self.m, self.k, self.n));
+        let mut pre = vec![0.0f64; batch * m * n];
+        for (row, out) in pre.chunks_mut(n).enumerate() {
+            for (j, o) in out.iter_mut().enumerate() {
+                let bias = if self.bias { v.b[j] as f64 } else { 0.0 };
+                *o = bias
+                    + (0..k)
+                        .map(|l| v.x[row * k + l] as f64 * v.w[l * n + j] as f64)
+                        .sum::<f64>();
+            }
+        }
+        pre
+    }
+
+    /// `relu(x·w (+ b))` in float64 with Burn's relu (NaN stays NaN).
+    fn forward_reference(&self, scale: f32, dtype: DType) -> Vec<f32> {
+        let pre = self.pre(&self.values(scale, dtype));
+        pre.iter()
+            .map(|&p| if p <= 0.0 { 0.0 } else { p as f32 })
+            .collect()
+    }
+
+    /// Gradients of `sum((relu(x·w + b) · v) ⊙ g)` for x, w and b, in float64.
+    fn backward_reference(&self, scale: f32, dtype: DType) -> Vec<Vec<f32>> {
+        let v = self.values(scale, dtype);
+        let pre = self.pre(&v);
+        let (rows, (k, n)) = (self.batch() * self.m, (self.k, self.n));
+        // dpre = (g · vᵀ) masked where pre <= 0.
+        let mut dpre = vec![0.0f64; rows * n];
+        for r in 0..rows {
+            for j in 0..n {
+                let dh: f64 = (0..OUT)
+                    .map(|o| v.g[r * OUT + o] as f64 * v.v[j * OUT + o] as f64)
+                    .sum();
+                dpre[r * n + j] = if pre[r * n + j] <= 0.0 { 0.0 } else { dh };
+            }
+        }
+        let dx = (0..rows * k)
+            .map(|i| {
+                (0..n)
+                    .map(|j| dpre[i / k * n + j] * v.w[i % k * n + j] as f64)
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        let dw = (0..k * n)
+            .map(|i| {
+                (0..rows)
+                    .map(|r| v.x[r * k + i / n] as f64 * dpre[r * n + i % n])
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        let db = (0..n)
+            .map(|j| (0..rows).map(|r| dpre[r * n + j]).sum::<f64>() as f32)
+            .collect();
+        let mut grads = vec![dx, dw];
+        if self.bias {
+            grads.push(db);
+        }
+        grads
+    }
+}
+
+/// x, w, the bias, the second layer and the upstream gradient.
+type Inputs<B, const D: usize> = (
+    Tensor<B, D>,
+    Tensor<B, D>,
+    Option<Tensor<B, D>>,
+    Tensor<B, D>,
+    Tensor<B, D>,
+);
+
+/// The problem's tensors on `B`: x, w (as `[1.., k, n]`), the bias row, the second layer and
+/// the upstream gradient.
+fn inputs<B: Backend, const D: usize>(p: &Problem, scale: f32, device: &B::Device) -> Inputs<B, D> {
+    let dtype = B::FloatElem::dtype();
+    let v = p.values(scale, dtype);
+    let mut x_shape = [1; D];
+    x_shape[..D - 2].copy_from_slice(&p.lead);
+    x_shape[D - 2] = p.m;
+    x_shape[D - 1] = p.k;
+    let x = operand::<B, D>(&v.x, x_shape, p.x_layout, device);
+    let w = operand::<B, 2>(&v.w, [p.k, p.n], p.w_layout, device).unsqueeze::<D>();
+    let bias = p.bias.then(|| {
+        let b = TensorData::new(v.b.clone(), [p.n]).convert_dtype(dtype);
+        Tensor::<B, 1>::from_data(b, device).unsqueeze::<D>()
+    });
+    let second = TensorData::new(v.v, [p.n, OUT]).convert_dtype(dtype);
+    let second = Tensor::<B, 2>::from_data(second, device).unsqueeze::<D>();
+    let mut g_shape = x_shape;
+    g_shape[D - 1] = OUT;
+    let g = TensorData::new(v.g, g_shape).convert_dtype(dtype);
+    (x, w, bias, second, Tensor::from_data(g, device))
+}
+
+fn forward<B: Backend, const D: usize>(p: &Problem, scale: f32) -> TensorData {
+    let (x, w, bias, _, _) = inputs::<B, D>(p, scale, &Default::default());
+    let y = x.matmul(w);
+    relu(match bias {
+        Some(b) => y + b,
+        None => y,
+    })
+    .into_data()
+}
+
+/// Gradients of `sum((relu(x·w + b) · v) ⊙ g)` for x, w and b: relu's gradient is then
+/// `mask_fill(dy · vᵀ, pre <= 0, 0)`, the gated matmul Hypatia fuses.
+fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
+    p: &Problem,
+    scale: f32,
+) -> Vec<TensorData> {
+    let (x, w, bias, second, g) = inputs::<B, D>(p, scale, &Default::default());
+    let (x, w) = (x.require_grad(), w.require_grad());
+    let bias = bias.map(|b| b.require_grad());
+    let y = x.clone().matmul(w.clone());
+    let y = match bias.clone() {
+        Some(b) => y + b,
+        None => y,
+    };
+    let grads = (relu(y).matmul(second) * g).sum().backward();
+    let mut out = vec![
+        x.grad(&grads).expect("x grad").into_data(),
+        w.grad(&grads).expect("w grad").into_data(),
+    ];
+    if let Some(b) = bias {
+        out.push(b.grad(&grads).expect("b grad").into_data());
+    }
+    out
+}
+
+/// Steps of `pattern` Hypatia ran so far, on any path.
+fn steps(pattern: &str) -> u64 {
+    hypatia::stats(&device()).executed(pattern)
+}
+
+/// Values scale per dtype: ±2 in f32; ±1 in f16, whose sums of up to 300 products must stay
+/// well inside its range and precision.
+fn scale<F: Element>() -> f32 {
+    if F::dtype() == DType::F32 { 2.0 } else { 1.0 }
+}
+
+/// Bound on `|a − b| / max(1, max |b|)` against the float64 reference (inputs rounded to the
+/// dtype first): f32 sums of 300 products round at ~1e-5 of the largest; f16 results round
+/// to 2⁻¹¹ and Burn keeps f16 intermediates; gradients pass through two matmuls.
+fn reference_tolerance(dtype: DType, gradient: bool) -> f32 {
+    match (dtype, gradient) {
+        (DType::F32, false) => 1e-4,
+        (DType::F32, true) => 2e-4,
+        (_, false) => 4e-3,
+        (_, true) => 1e-2,
+    }
+}
+
+/// Whether `a` equals `b` within `tol` (relative to `max(1, max |b|)`), with NaN and ±Inf in
+/// the same places; `Err` names the first difference.
+fn agree(a: &[f32], b: &[f32], tol: f32) -> Result<(), String> {
+    if a.len() != b.len() {
+        return Err(format!("{} values vs {}", a.len(), b.len()));
+    }
+    let scale = b
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(1f32, |m, v| m.max(v.abs()));
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let same = if x.is_finite() && y.is_finite() {
+            (x - y).abs() <= tol * scale
+        } else {
+            (x.is_nan() && y.is_nan()) || x == y
+        };
+        if !same {
+            return Err(format!(
+                "element {i}: {x} vs {y} (tol {tol}, scale {scale})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One output of a case: Hypatia must equal the float64 reference, or, where Burn itself
+/// differs from the reference, equal Burn (Hypatia ran Burn's op there). Returns whether
+/// Burn differed from the reference.
+fn judge(
+    what: &str,
+    hypatia: &TensorData,
+    burn: &TensorData,
+    reference: &[f32],
+    tol: f32,
+    burn_tol: f32,
+) -> Result<bool, TestCaseError> {
+    let values = |t: &TensorData| t.clone().convert::<f32>().to_vec::<f32>().unwrap();
+    let (h, b) = (values(hypatia), values(burn));
+    let burn_wrong = agree(&b, reference, tol).err();
+    match (agree(&h, reference, tol), &burn_wrong) {
+        (Ok(()), _) => {}
+        (Err(_), Some(_)) if agree(&h, &b, burn_tol).is_ok() => {}
+        (Err(error), _) => {
+            return Err(TestCaseError::fail(format!(
+                "{what}: Hypatia vs float64: {error}; Burn vs float64: {burn_wrong:?}"
+            )));
+        }
+    }
+    if let Some(error) = &burn_wrong {
+        eprintln!("Burn differs from float64 in {what}: {error}");
+    }
+    Ok(burn_wrong.is_some())
+}
+
+/// `P` and `H` with float type `F`: Hypatia's forward equals the float64 reference (or Burn,
+/// where Burn itself differs), and each case with a bias ran as Hypatia's Linear+ReLU
+/// (without one, Hypatia has no epilogue to fuse: issue 5's "no bias"). Returns the cases
+/// where Burn differed from the reference.
+pub fn check_forward<F, P, H>(cases: u32) -> Vec<Problem>
+where
+    F: Element,
+    P: Backend<FloatElem = F>,
+    H: Backend<FloatElem = F, Device = P::Device>,
+{
+    let dtype = F::dtype();
+    let burn_wrong = std::cell::RefCell::new(Vec::new());
+    runner(cases)
+        .run(&problem(), |p| {
+            let _policy = PolicyGuard::set(p.policy);
+            let before = steps("linear-relu");
+            let s = scale::<F>();
+            let (fused, plain) = match p.lead.len() {
+                0 => (forward::<H, 2>(&p, s), forward::<P, 2>(&p, s)),
+                1 => (forward::<H, 3>(&p, s), forward::<P, 3>(&p, s)),
+                _ => (forward::<H, 4>(&p, s), forward::<P, 4>(&p, s)),
+            };
+            // With a bias it is Hypatia's Linear+ReLU; without, a matmul and Burn's relu.
+            let ran = steps("linear-relu") > before;
+            prop_assert!(ran == p.bias, "linear-relu ran: {ran}, for {p:?}");
+            let reference = p.forward_reference(s, dtype);
+            let tol = reference_tolerance(dtype, false);
+            if judge(
+                "output",
+                &fused,
+                &plain,
+                &reference,
+                tol,
+                burn_tolerance(dtype),
+            )? {
+                burn_wrong.borrow_mut().push(p.clone());
+            }
+            Ok(())
+        })
+        .unwrap();
+    burn_wrong.into_inner()
+}
+
+/// Gradients through `Autodiff<H>` equal the float64 reference (or Burn's, where Burn itself
+/// differs), and relu's gradient ran fused. Returns the cases where Burn differed.
+pub fn check_backward<F, P, H>(cases: u32) -> Vec<Problem>
+where
+    F: Element,
+    P: Backend<FloatElem = F>,
+    H: Backend<FloatElem = F, Device = P::Device>,
+{
+    let dtype = F::dtype();
+    let burn_wrong = std::cell::RefCell::new(Vec::new());
+    runner(cases)
+        .run(&problem(), |p| {
+            let _policy = PolicyGuard::set(p.policy);
+            let before = steps("matmul-relu-grad");
+            let s = scale::<F>();
+            let (fused, plain) = match p.lead.len() {
+                0 => (
+                    backward::<Autodiff<H>, 2>(&p, s),
+                    backward::<Autodiff<P>, 2>(&p, s),
+                ),
+                1 => (
+                    backward::<Autodiff<H>, 3>(&p, s),
+                    backward::<Autodiff<P>, 3>(&p, s),
+                ),
+                _ => (
+                    backward::<Autodiff<H>, 4>(&p, s),
+                    backward::<Autodiff<P>, 4>(&p, s),
+                ),
+            };
+            let gated = steps("matmul-relu-grad") > before;
+            prop_assert!(gated, "relu's gradient did not run fused: {p:?}");
+            let reference = p.backward_reference(s, dtype);
+            let tol = reference_tolerance(dtype, true);
+            let mut wrong = false;
+            for ((name, f), (b, r)) in ["dx", "dw", "db"]
+                .iter()
+                .zip(&fused)
+                .zip(plain.iter().zip(&reference))
+            {
+                wrong |= judge(name, f, b, r, tol, 2.0 * burn_tolerance(dtype))?;
+            }
+            if wrong {
+                burn_wrong.borrow_mut().push(p.clone());
+            }
+            Ok(())
+        })
+        .unwrap();
+    burn_wrong.into_inner()
+}
