@@ -164,6 +164,13 @@ fn disabled(pattern: &str) -> bool {
 /// Planned windows by the hash of their ops; equal hashes are told apart by the ops.
 type ClaimCache = Mutex<HashMap<u64, Vec<(PlanOptions, Vec<CapturedOp>, Claim)>>>;
 
+/// Windows in the plan cache (all devices): one per distinct window seen, so it stops
+/// growing once a training loop has shown all of its windows.
+pub fn cached_windows() -> usize {
+    let cache = cache().lock().unwrap_or_else(|p| p.into_inner());
+    cache.values().map(Vec::len).sum()
+}
+
 fn cache() -> &'static ClaimCache {
     static CACHE: OnceLock<ClaimCache> = OnceLock::new();
     CACHE.get_or_init(Default::default)

@@ -5,6 +5,7 @@ mod conformance;
 mod errors;
 mod fuser;
 mod kernel;
+mod long_run;
 mod mlp;
 mod properties;
 mod property_tests;
