@@ -99,9 +99,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     Err(reason.clone())
                 }
                 None => {
-                    let verify = match check.verified {
-                        true => VerifyMode::Off,
-                        false => verify_mode(),
+                    let verify = if check.verified {
+                        VerifyMode::Off
+                    } else {
+                        verify_mode()
                     };
                     let checks = Checks {
                         launched: check.launched,
@@ -113,7 +114,9 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             };
             match outcome {
                 Ok(ran) => {
-                    check.launched |= ran.probed as u8 * ran.kind.bit();
+                    if ran.launched {
+                        check.launched |= ran.kind.bit();
+                    }
                     check.verified |= ran.verified;
                     stats::record(&self.device_key, |s| {
                         let counters = stats::pattern(s, fused.epilogue.pattern());
@@ -201,8 +204,8 @@ struct Checks<'a> {
 /// How a step ran.
 struct Ran {
     kind: Execution,
-    /// Its launch was checked for device errors.
-    probed: bool,
+    /// A Hypatia kernel was launched (and, the first time for this execution, checked).
+    launched: bool,
     /// Verify mode compared it with Burn's ops, and they matched.
     verified: bool,
 }
@@ -214,6 +217,8 @@ struct Produced<R: CubeRuntime> {
     /// matmul), and the handles to release when the fused outputs are kept.
     rest: Vec<usize>,
     consumed: Vec<TensorRef>,
+    /// This execution's first launch on this step: flushed and checked after it.
+    first_launch: bool,
 }
 
 /// One fused step, tiled, on the tensor-core engine or split. On `Err` the step ran as Burn's
@@ -225,13 +230,13 @@ fn run_fused<R: CubeRuntime>(
     checks: Checks<'_>,
 ) -> Result<Ran, FallbackReason> {
     let [x, w] = [step.x, step.w].map(|r| real_tensor(context, &r.id));
-    let launched = match launch(step, &x, &w, context, execution, checks) {
+    let (kind, produced) = match launch(step, &x, &w, context, execution, checks) {
         Ok(Some(launched)) => launched,
         Ok(None) => {
             // Split with nothing to apply: the inner backend's matmul wrote the output.
             return Ok(Ran {
                 kind: Execution::Split,
-                probed: false,
+                launched: false,
                 verified: false,
             });
         }
@@ -240,10 +245,10 @@ fn run_fused<R: CubeRuntime>(
             return Err(reason);
         }
     };
-    let (kind, produced) = launched;
     let client = produced.outputs.out.client.clone();
-    let probed = checks.launched & kind.bit() == 0;
-    if probed && let Err(reason) = after_first_launch(&client) {
+    if produced.first_launch
+        && let Err(reason) = after_first_launch(&client)
+    {
         run_unfused(produced.rest.iter().copied(), context, execution);
         return Err(reason);
     }
@@ -251,14 +256,12 @@ fn run_fused<R: CubeRuntime>(
         // Burn's ops produce the results the user reads; the fused ones are only compared.
         run_unfused(produced.rest.iter().copied(), context, execution);
         let tf32 = has_matrix_units(&client, DType::F32);
-        return match compare(step, [&x, &w], produced.outputs, context, tf32) {
-            Ok(()) => Ok(Ran {
-                kind,
-                probed,
-                verified: true,
-            }),
-            Err(reason) => Err(reason),
-        };
+        compare(step, [&x, &w], produced.outputs, context, tf32)?;
+        return Ok(Ran {
+            kind,
+            launched: true,
+            verified: true,
+        });
     }
     // Release the handles whose last reader was this step (once each: x may also be w).
     let mut released = Vec::new();
@@ -279,7 +282,7 @@ fn run_fused<R: CubeRuntime>(
     }
     Ok(Ran {
         kind,
-        probed,
+        launched: true,
         verified: false,
     })
 }
@@ -333,7 +336,8 @@ fn launch<R: CubeRuntime>(
         run_unfused(step.matmul_ops.iter().copied(), context, execution);
         return Ok(None);
     }
-    if checks.launched & kind.bit() == 0 {
+    let first_launch = checks.launched & kind.bit() == 0;
+    if first_launch {
         before_first_launch(&client, checks.device_key);
     }
     let bias = bias.as_ref().map(|t| operand(context, t));
@@ -354,6 +358,7 @@ fn launch<R: CubeRuntime>(
                 outputs: launch(&problem, &x, &w, epilogue, write_pre),
                 rest: step.ops.clone(),
                 consumed: step.operands().collect(),
+                first_launch,
             }
         }
         Execution::Split => {
@@ -376,6 +381,7 @@ fn launch<R: CubeRuntime>(
                         status: TensorStatus::ReadWrite,
                     }])
                     .collect(),
+                first_launch,
             }
         }
     };

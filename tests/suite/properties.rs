@@ -16,6 +16,7 @@ use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::{DType, Element};
+use hypatia::fallback::verify::Difference;
 use hypatia::kernel::ExecutionPolicy;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
@@ -380,28 +381,13 @@ fn reference_tolerance(dtype: DType, gradient: bool) -> f32 {
 }
 
 /// Whether `a` equals `b` within `tol` (relative to `max(1, max |b|)`), with NaN and ±Inf in
-/// the same places; `Err` names the first difference.
+/// the same places: verify mode's own comparison. `Err` says how far apart they are.
 fn agree(a: &[f32], b: &[f32], tol: f32) -> Result<(), String> {
-    if a.len() != b.len() {
-        return Err(format!("{} values vs {}", a.len(), b.len()));
+    let difference = Difference::between(a, b);
+    match difference.within(tol as f64) {
+        true => Ok(()),
+        false => Err(format!("{difference:?} (tolerance {tol})")),
     }
-    let scale = b
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(1f32, |m, v| m.max(v.abs()));
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        let same = if x.is_finite() && y.is_finite() {
-            (x - y).abs() <= tol * scale
-        } else {
-            (x.is_nan() && y.is_nan()) || x == y
-        };
-        if !same {
-            return Err(format!(
-                "element {i}: {x} vs {y} (tol {tol}, scale {scale})"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// One output of a case: Hypatia must equal the float64 reference, or, where Burn itself
@@ -433,6 +419,36 @@ fn judge(
     Ok(burn_wrong.is_some())
 }
 
+/// `$run::<$backend, D>($args)` with D the rank of the problem's x.
+macro_rules! at_rank {
+    ($p:expr, $run:ident::<$backend:ty>($($arg:expr),*)) => {
+        match $p.lead.len() {
+            0 => $run::<$backend, 2>($($arg),*),
+            1 => $run::<$backend, 3>($($arg),*),
+            _ => $run::<$backend, 4>($($arg),*),
+        }
+    };
+}
+
+/// Runs `case` on `cases` random problems, each under its execution policy; returns the
+/// problems where `case` found Burn differing from float64.
+fn run_problems(
+    cases: u32,
+    case: impl Fn(&Problem) -> Result<bool, TestCaseError>,
+) -> Vec<Problem> {
+    let burn_wrong = std::cell::RefCell::new(Vec::new());
+    runner(cases)
+        .run(&problem(), |p| {
+            let _policy = PolicyGuard::set(p.policy);
+            if case(&p)? {
+                burn_wrong.borrow_mut().push(p);
+            }
+            Ok(())
+        })
+        .unwrap();
+    burn_wrong.into_inner()
+}
+
 /// `P` and `H` with float type `F`: Hypatia's forward equals the float64 reference (or Burn,
 /// where Burn itself differs), and each case with a bias ran as Hypatia's Linear+ReLU
 /// (without one, Hypatia has no epilogue to fuse: issue 5's "no bias"). Returns the cases
@@ -443,37 +459,25 @@ where
     P: Backend<FloatElem = F>,
     H: Backend<FloatElem = F, Device = P::Device>,
 {
-    let dtype = F::dtype();
-    let burn_wrong = std::cell::RefCell::new(Vec::new());
-    runner(cases)
-        .run(&problem(), |p| {
-            let _policy = PolicyGuard::set(p.policy);
-            let before = steps("linear-relu");
-            let s = scale::<F>();
-            let (fused, plain) = match p.lead.len() {
-                0 => (forward::<H, 2>(&p, s), forward::<P, 2>(&p, s)),
-                1 => (forward::<H, 3>(&p, s), forward::<P, 3>(&p, s)),
-                _ => (forward::<H, 4>(&p, s), forward::<P, 4>(&p, s)),
-            };
-            // With a bias it is Hypatia's Linear+ReLU; without, a matmul and Burn's relu.
-            let ran = steps("linear-relu") > before;
-            prop_assert!(ran == p.bias, "linear-relu ran: {ran}, for {p:?}");
-            let reference = p.forward_reference(s, dtype);
-            let tol = reference_tolerance(dtype, false);
-            if judge(
-                "output",
-                &fused,
-                &plain,
-                &reference,
-                tol,
-                burn_tolerance(dtype),
-            )? {
-                burn_wrong.borrow_mut().push(p.clone());
-            }
-            Ok(())
-        })
-        .unwrap();
-    burn_wrong.into_inner()
+    let (dtype, s) = (F::dtype(), scale::<F>());
+    run_problems(cases, |p| {
+        let before = steps("linear-relu");
+        let fused = at_rank!(p, forward::<H>(p, s));
+        let plain = at_rank!(p, forward::<P>(p, s));
+        // With a bias it is Hypatia's Linear+ReLU; without, a matmul and Burn's relu.
+        let ran = steps("linear-relu") > before;
+        prop_assert!(ran == p.bias, "linear-relu ran: {ran}, for {p:?}");
+        let reference = p.forward_reference(s, dtype);
+        let tol = reference_tolerance(dtype, false);
+        judge(
+            "output",
+            &fused,
+            &plain,
+            &reference,
+            tol,
+            burn_tolerance(dtype),
+        )
+    })
 }
 
 /// Gradients through `Autodiff<H>` equal the float64 reference (or Burn's, where Burn itself
@@ -484,44 +488,23 @@ where
     P: Backend<FloatElem = F>,
     H: Backend<FloatElem = F, Device = P::Device>,
 {
-    let dtype = F::dtype();
-    let burn_wrong = std::cell::RefCell::new(Vec::new());
-    runner(cases)
-        .run(&problem(), |p| {
-            let _policy = PolicyGuard::set(p.policy);
-            let before = steps("matmul-relu-grad");
-            let s = scale::<F>();
-            let (fused, plain) = match p.lead.len() {
-                0 => (
-                    backward::<Autodiff<H>, 2>(&p, s),
-                    backward::<Autodiff<P>, 2>(&p, s),
-                ),
-                1 => (
-                    backward::<Autodiff<H>, 3>(&p, s),
-                    backward::<Autodiff<P>, 3>(&p, s),
-                ),
-                _ => (
-                    backward::<Autodiff<H>, 4>(&p, s),
-                    backward::<Autodiff<P>, 4>(&p, s),
-                ),
-            };
-            let gated = steps("matmul-relu-grad") > before;
-            prop_assert!(gated, "relu's gradient did not run fused: {p:?}");
-            let reference = p.backward_reference(s, dtype);
-            let tol = reference_tolerance(dtype, true);
-            let mut wrong = false;
-            for ((name, f), (b, r)) in ["dx", "dw", "db"]
-                .iter()
-                .zip(&fused)
-                .zip(plain.iter().zip(&reference))
-            {
-                wrong |= judge(name, f, b, r, tol, 2.0 * burn_tolerance(dtype))?;
-            }
-            if wrong {
-                burn_wrong.borrow_mut().push(p.clone());
-            }
-            Ok(())
-        })
-        .unwrap();
-    burn_wrong.into_inner()
+    let (dtype, s) = (F::dtype(), scale::<F>());
+    run_problems(cases, |p| {
+        let before = steps("matmul-relu-grad");
+        let fused = at_rank!(p, backward::<Autodiff<H>>(p, s));
+        let plain = at_rank!(p, backward::<Autodiff<P>>(p, s));
+        let gated = steps("matmul-relu-grad") > before;
+        prop_assert!(gated, "relu's gradient did not run fused: {p:?}");
+        let reference = p.backward_reference(s, dtype);
+        let tol = reference_tolerance(dtype, true);
+        let mut wrong = false;
+        for ((name, f), (b, r)) in ["dx", "dw", "db"]
+            .iter()
+            .zip(&fused)
+            .zip(plain.iter().zip(&reference))
+        {
+            wrong |= judge(name, f, b, r, tol, 2.0 * burn_tolerance(dtype))?;
+        }
+        Ok(wrong)
+    })
 }
