@@ -1,36 +1,31 @@
-//! Train an MLP on a synthetic classification task with `Autodiff<Hypatia<B>>`, then run
-//! inference with `Hypatia<B>` and print what Hypatia fused. Each epoch reports its mean step
-//! time; the end reports the device memory high-water of a training step.
+//! Train an MLP on a synthetic classification task with `Autodiff<Hypatia<B>>`, save it with
+//! Burn's recorder, reload it and run inference with `Hypatia<B>`, then print what Hypatia
+//! fused. Each epoch reports its mean step time; the end reports the device memory high-water
+//! of a training step. The loss curve goes to `<out-dir>/loss.png`, the model to
+//! `<out-dir>/model.mpk` (read by `infer_mlp`).
 //!
 //! ```text
 //! cargo run --release --example train_mlp              # wgpu: any GPU, or the CPU via lavapipe
 //! cargo run --release --features cuda --example train_mlp -- --json
 //! ```
 
+#[path = "common/mlp.rs"]
+mod mlp;
+
 use burn::backend::Autodiff;
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use mlp::{B, Dataset, Mlp, Runtime, TEST_SEED, accuracy, print_stats};
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-#[cfg(not(feature = "cuda"))]
-type Inner = burn::backend::Wgpu;
-#[cfg(not(feature = "cuda"))]
-type Runtime = cubecl::wgpu::WgpuRuntime;
-#[cfg(feature = "cuda")]
-type Inner = burn::backend::Cuda;
-#[cfg(feature = "cuda")]
-type Runtime = cubecl::cuda::CudaRuntime;
-
-/// The one line a Burn user changes.
-type B = hypatia::Hypatia<Inner>;
-
 #[derive(Parser, Debug)]
-#[command(about = "Train and run an MLP on Hypatia")]
+#[command(about = "Train, save, reload and run an MLP on Hypatia")]
 struct Args {
     /// Training epochs.
     #[arg(long, default_value_t = 6)]
@@ -44,108 +39,12 @@ struct Args {
     /// Hidden width of both hidden layers.
     #[arg(long, default_value_t = 128)]
     hidden: usize,
+    /// Where the model and the loss curve are written.
+    #[arg(long, default_value_os_t = mlp::default_out_dir())]
+    out_dir: PathBuf,
     /// Print the fusion stats as one JSON line at the end.
     #[arg(long)]
     json: bool,
-}
-
-const FEATURES: usize = 32;
-const CLASSES: usize = 8;
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    hidden1: Linear<B>,
-    hidden2: Linear<B>,
-    output: Linear<B>,
-    act: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(hidden: usize, device: &B::Device) -> Self {
-        Self {
-            hidden1: LinearConfig::new(FEATURES, hidden).init(device),
-            hidden2: LinearConfig::new(hidden, hidden).init(device),
-            output: LinearConfig::new(hidden, CLASSES).init(device),
-            act: Relu::new(),
-        }
-    }
-
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.act.forward(self.hidden1.forward(x));
-        let x = self.act.forward(self.hidden2.forward(x));
-        self.output.forward(x)
-    }
-}
-
-/// Gaussian blobs, one per class, around centres fixed by `CENTRES_SEED`; `seed` draws the
-/// samples, so train and test sets share the task but not the points.
-struct Dataset {
-    features: Vec<f32>,
-    labels: Vec<i64>,
-}
-
-impl Dataset {
-    fn generate(samples: usize, seed: u64) -> Self {
-        const CENTRES_SEED: u64 = 42;
-        let uniform = |mut state: u64| {
-            move || {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 11) as f64 / (1u64 << 53) as f64).max(1e-12)
-            }
-        };
-        let normal = |u: &mut dyn FnMut() -> f64| {
-            let (a, b) = (u(), u());
-            ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
-        };
-        let mut centre_draws = uniform(CENTRES_SEED);
-        let centres: Vec<f32> = (0..CLASSES * FEATURES)
-            .map(|_| normal(&mut centre_draws))
-            .collect();
-        let mut uniform = uniform(seed);
-        let mut features = Vec::with_capacity(samples * FEATURES);
-        let mut labels = Vec::with_capacity(samples);
-        for i in 0..samples {
-            let class = i % CLASSES;
-            labels.push(class as i64);
-            for f in 0..FEATURES {
-                features.push(centres[class * FEATURES + f] + 1.2 * normal(&mut uniform));
-            }
-        }
-        Self { features, labels }
-    }
-
-    fn len(&self) -> usize {
-        self.labels.len()
-    }
-
-    fn batch<B: Backend>(
-        &self,
-        start: usize,
-        end: usize,
-        device: &B::Device,
-    ) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-        let x = TensorData::new(
-            self.features[start * FEATURES..end * FEATURES].to_vec(),
-            [end - start, FEATURES],
-        );
-        let y = TensorData::new(self.labels[start..end].to_vec(), [end - start]);
-        (Tensor::from_data(x, device), Tensor::from_data(y, device))
-    }
-}
-
-fn accuracy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> f32 {
-    let total = labels.dims()[0] as f32;
-    let correct = logits
-        .argmax(1)
-        .squeeze_dim::<1>(1)
-        .equal(labels)
-        .int()
-        .sum()
-        .into_scalar()
-        .elem::<f32>();
-    correct / total
 }
 
 /// Bytes the device's allocator has handed out and not yet taken back.
@@ -156,11 +55,38 @@ fn bytes_in_use(device: &burn::tensor::Device<B>) -> u64 {
         .map_or(0, |u| u.bytes_in_use)
 }
 
+/// The mean training loss of each epoch, as a line chart.
+fn plot_losses(losses: &[f32], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    // Plotters draws text with ab_glyph from a registered font: no system fonts needed.
+    plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+        .map_err(|_| "DejaVu Sans did not load")?;
+    let root = BitMapBackend::new(path, (640, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let top = losses.iter().copied().fold(0.0f32, f32::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Training loss (Autodiff<Hypatia<..>>)", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(1f32..losses.len().max(2) as f32, 0f32..top.max(1e-3))?;
+    chart
+        .configure_mesh()
+        .x_desc("epoch")
+        .y_desc("mean cross-entropy")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    let points = losses.iter().enumerate().map(|(i, &l)| (i as f32 + 1.0, l));
+    chart.draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))?;
+    chart.draw_series(points.map(|p| Circle::new(p, 4, BLUE.filled())))?;
+    root.present()?;
+    Ok(())
+}
+
 fn main() {
     let args = Args::parse();
     let device = burn::tensor::Device::<B>::default();
     let train = Dataset::generate(args.samples, 7);
-    let test = Dataset::generate(args.samples / 4, 8);
+    let test = Dataset::generate(args.samples / 4, TEST_SEED);
     println!(
         "backend: {}  (train {} samples, test {})",
         B::name(&device),
@@ -178,6 +104,7 @@ fn main() {
     // Memory held before the first step (the model, the optimizer has no state yet).
     let baseline = bytes_in_use(&device);
     let mut high_water = 0u64;
+    let mut epoch_losses = Vec::new();
     for epoch in 1..=args.epochs {
         let bar = ProgressBar::new(batches as u64).with_style(
             ProgressStyle::with_template("epoch {prefix} [{bar:30}] {pos}/{len} {msg}")
@@ -204,6 +131,7 @@ fn main() {
             bar.inc(1);
         }
         bar.finish_and_clear();
+        epoch_losses.push(loss_sum / batches as f32);
         println!(
             "epoch {epoch:>2}: loss {:.4}  train accuracy {:>5.1}%  step {:.2} ms",
             loss_sum / batches as f32,
@@ -219,34 +147,36 @@ fn main() {
 
     let model = model.valid(); // Mlp<Hypatia<Inner>>: inference without autodiff
     let (x, y) = test.batch::<B>(0, test.len(), &device);
-    let acc = accuracy(model.forward(x), y);
-    println!("test accuracy: {:.1}%", 100.0 * acc);
+    let logits = model.forward(x.clone());
+    println!("test accuracy: {:.1}%", 100.0 * accuracy(logits.clone(), y));
 
-    B::sync(&device).expect("device work finished");
-    let stats = hypatia::stats(&device);
-    println!("\nHypatia fusion stats");
+    // Save with Burn's recorder, load into a fresh model, and check it predicts the same.
+    model.save(&args.out_dir).expect("model saved");
+    let reloaded = Mlp::<B>::load(&args.out_dir, &device).expect("model loaded");
+    let again = reloaded.forward(x);
+    let same_predictions = logits
+        .clone()
+        .argmax(1)
+        .equal(again.clone().argmax(1))
+        .all();
+    let same_predictions: bool = same_predictions.into_scalar().elem();
+    let max_diff: f32 = (logits - again).abs().max().into_scalar().elem();
     println!(
-        "{:<14} {:>8} {:>9} {:>12} {:>6}  fallbacks",
-        "pattern", "matched", "executed", "tensor-core", "split"
+        "saved to {}; reloaded: same predictions {same_predictions}, max logit difference {max_diff:.1e}",
+        args.out_dir.join("model.mpk").display()
     );
-    for (name, p) in &stats.patterns {
-        println!(
-            "{name:<14} {:>8} {:>9} {:>12} {:>6}  {:?}",
-            p.matched, p.executed, p.tensor_core, p.split, p.fallbacks
-        );
+    assert!(same_predictions, "the reloaded model predicts differently");
+
+    let png = args.out_dir.join("loss.png");
+    match plot_losses(&epoch_losses, &png) {
+        Ok(()) => println!("loss curve: {}", png.display()),
+        Err(error) => eprintln!("no loss curve written: {error}"),
     }
-    println!("declined windows: {:?}", stats.declined);
-    println!(
-        "egg: {} runs, {:.2} ms total, {:.2} ms max, {} stopped by a limit",
-        stats.egg.runs,
-        stats.egg.total_micros as f64 / 1e3,
-        stats.egg.max_micros as f64 / 1e3,
-        stats.egg.limited
-    );
+
+    print_stats(&device);
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&stats).expect("stats serialise")
-        );
+        let stats = hypatia::stats(&device);
+        let json = serde_json::to_string(&stats).expect("stats serialise");
+        println!("{json}");
     }
 }

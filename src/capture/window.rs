@@ -162,6 +162,31 @@ impl CapturedOp {
     }
 }
 
+/// `t5:[1,2] = matmul(t3:[1,4], t4:[4,2])`: relative ids and dims, scalars as `s<id>`.
+impl std::fmt::Display for CapturedOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tensor = |t: &TensorIr| {
+            let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+            format!("t{}:[{}]", t.id.value(), dims.join(","))
+        };
+        let outputs: Vec<String> = self.outputs.iter().map(tensor).collect();
+        let arguments: Vec<String> = (self.inputs.iter().map(tensor))
+            .chain(self.scalars.iter().map(|s| format!("s{s}")))
+            .collect();
+        let name = format!("{:?}", self.kind).to_lowercase();
+        let name = name.split([' ', '{']).next().unwrap_or_default();
+        match outputs.is_empty() {
+            true => write!(f, "{name}({})", arguments.join(", ")),
+            false => write!(
+                f,
+                "{} = {name}({})",
+                outputs.join(", "),
+                arguments.join(", ")
+            ),
+        }
+    }
+}
+
 /// In relative form every scalar is `UInt(id)`; a literal here means an absolute op.
 fn relative_scalar_id(scalar: &ScalarIr) -> Option<u64> {
     match scalar {

@@ -6,11 +6,12 @@ use crate::kernel::Epilogue;
 use crate::rewrite::{CostModel, Limits, Saturated, TensorLang, saturate};
 use burn_ir::{TensorId, TensorStatus};
 use egg::{Extractor, Id};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashSet};
 
 /// Why a window was not claimed (a decision, not an error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Reason {
     /// Extraction chose no fused node.
     NoMatch,
@@ -42,7 +43,7 @@ impl Reason {
 }
 
 /// The outcome of planning one window.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Claim {
     /// Claim a block prefix and run this plan.
     Fused(Plan),
@@ -61,7 +62,7 @@ pub struct Planned {
 }
 
 /// What a device lets the planner claim.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PlanOptions {
     /// Claim plain matmuls (weight gradients, a Linear without activation). Worth it where
     /// Hypatia's engine can beat Burn's matmul (matrix units); elsewhere such a claim would
@@ -87,6 +88,17 @@ impl Default for PlanOptions {
 ///
 /// Pure (no device, no global state): the fuser caches its result per distinct window.
 pub fn plan_window(window: &Window, limits: &Limits, options: PlanOptions) -> Planned {
+    plan_window_with(window, limits, options, |_, _| ()).0
+}
+
+/// [`plan_window`], then `inspect` on the lowered window and its saturated e-graph (what a
+/// [plan dump](super::dump) reports). `elapsed` does not include `inspect`.
+pub(crate) fn plan_window_with<T>(
+    window: &Window,
+    limits: &Limits,
+    options: PlanOptions,
+    inspect: impl FnOnce(&Lowered, &Saturated) -> T,
+) -> (Planned, T) {
     let start = std::time::Instant::now();
     let mut lowered = lower(window);
     let saturated = saturate(std::mem::take(&mut lowered.egraph), limits);
@@ -96,11 +108,15 @@ pub fn plan_window(window: &Window, limits: &Limits, options: PlanOptions) -> Pl
         Epilogue::ReluGrad => options.relu_grads,
         Epilogue::Relu => options.linear_relus,
     });
-    Planned {
-        claim: build_plan(window, &candidates),
+    let claim = build_plan(window, &candidates);
+    let elapsed = start.elapsed();
+    let inspected = inspect(&lowered, &saturated);
+    let planned = Planned {
+        claim,
         stop_reason: saturated.stop_reason,
-        elapsed: start.elapsed(),
-    }
+        elapsed,
+    };
+    (planned, inspected)
 }
 
 /// A fused node chosen by extraction, with its operands as window tensors.
@@ -129,7 +145,8 @@ impl Candidate {
 }
 
 /// The roots whose cheapest term is a fused node: those with an epilogue first (a plain matmul
-/// inside one of them is then an overlap), each group in window order.
+/// inside one of them is then an overlap), each group in window order, except that roots
+/// computing the same fused node come latest first.
 pub fn find_candidates(
     window: &Window,
     lowered: &Lowered,
@@ -170,7 +187,7 @@ pub fn find_candidates(
             .or(tensors.first())
             .copied()
     };
-    let mut candidates: Vec<Candidate> = raw
+    let candidates: Vec<Candidate> = raw
         .into_iter()
         .filter_map(|(root, epilogue, [x, w], [bias, gate])| {
             // An absent operand stays absent; a present one must name a window tensor.
@@ -186,8 +203,21 @@ pub fn find_candidates(
             })
         })
         .collect();
-    candidates.sort_by_key(|c| c.epilogue == Epilogue::Identity);
-    candidates
+    // Roots given the same fused node (`relu(relu(..))` after `relu-idempotent`): the latest
+    // covers the most ops, so it is tried first, and the earlier ones only if it cannot be
+    // claimed (its intermediates are read elsewhere).
+    let same = |a: &Candidate, b: &Candidate| {
+        (a.x, a.w, a.bias, a.gate, a.epilogue) == (b.x, b.w, b.bias, b.gate, b.epilogue)
+    };
+    let order: Vec<(bool, usize, Reverse<usize>)> = (candidates.iter().enumerate())
+        .map(|(i, c)| {
+            let group = candidates.iter().position(|d| same(c, d)).unwrap_or(i);
+            (c.epilogue == Epilogue::Identity, group, Reverse(i))
+        })
+        .collect();
+    let mut ordered: Vec<_> = order.into_iter().zip(candidates).collect();
+    ordered.sort_by_key(|(key, _)| *key);
+    ordered.into_iter().map(|(_, c)| c).collect()
 }
 
 /// A candidate with the block ops it covers.

@@ -4,8 +4,10 @@
 //! in block order, each a fused kernel or one op run as Burn would) or the [`Reason`] it was
 //! declined. Invariant: a plan claims a prefix of the block, its first op is part of a fused
 //! step, and no op outside a fused step reads a value that the fused kernel does not write.
+//! [`dump`] writes what the planner saw and chose for each window (`HYPATIA_DUMP`).
 
 mod build;
+pub mod dump;
 mod steps;
 
 pub use build::*;

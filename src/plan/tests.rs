@@ -420,3 +420,68 @@ fn options_turn_linear_relu_off() {
     let planned = plan_window(&ir.window(&[y]), &Limits::default(), off).claim;
     assert_eq!(planned, Claim::Declined(Reason::NoMatch));
 }
+
+#[test]
+fn dumps_record_the_claim_and_every_alternative() {
+    let mut ir = IrBuilder::new();
+    let (.., y) = linear_relu(&mut ir, &[17, 33]);
+    let window = ir.window(&[y]);
+    let (planned, dump) = super::dump::explain_window(&window, &Limits::default(), OPTIONS);
+    assert_eq!(planned.claim, plan(&ir, &[y]));
+    assert_eq!(dump.claim, planned.claim);
+    assert_eq!(dump.window.len(), window.len());
+    assert!(dump.window[0].contains("= matmul("), "{:?}", dump.window);
+    // Roots: the matmul, then relu's mask_fill; the relu's class holds the fused node and the
+    // unfused `mask-fill`, which costs more.
+    let relu = &dump.alternatives[1];
+    assert_eq!(relu.tensor, window.ops().last().unwrap().out().id.value());
+    let cheapest = &relu.terms[0];
+    assert!(
+        cheapest.term.starts_with("(fused-linear-relu"),
+        "{cheapest:?}"
+    );
+    let unfused = relu.terms.iter().find(|t| t.term.starts_with("(mask-fill"));
+    assert!(unfused.is_some_and(|t| t.cost > cheapest.cost), "{relu:?}");
+    assert!(relu.terms.windows(2).all(|p| p[0].cost <= p[1].cost));
+    assert!(dump.egraph.nodes >= dump.egraph.classes && dump.egraph.classes > 0);
+    assert_eq!(dump.egraph.stop_reason, "Saturated");
+
+    let dir = std::env::temp_dir().join(format!("hypatia-dump-test-{}", std::process::id()));
+    let json = dump.write(&dir, 0xabc).unwrap();
+    assert_eq!(json.file_name().unwrap(), "window-0000000000000abc.json");
+    let read = super::dump::Dump::read(&json).unwrap();
+    assert_eq!(read.claim, dump.claim);
+    assert_eq!(read.alternatives.len(), dump.alternatives.len());
+    assert!(read.dot.starts_with("digraph") && read.dot.contains("fused-linear-relu"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn dumps_say_why_a_window_was_declined() {
+    let mut ir = IrBuilder::new();
+    let (.., y) = linear_relu(&mut ir, &[17, 33]);
+    let off = PlanOptions {
+        linear_relus: false,
+        ..OPTIONS
+    };
+    let (_, dump) = super::dump::explain_window(&ir.window(&[y]), &Limits::default(), off);
+    assert_eq!(dump.claim, Claim::Declined(Reason::NoMatch));
+    let json = serde_json::to_string(&dump).unwrap();
+    assert!(json.contains("\"Declined\":\"NoMatch\""), "{json}");
+}
+
+#[test]
+fn claims_linear_with_relu_applied_twice() {
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = operands(&mut ir, &[17, 33]);
+    let pre = ir.linear(x, w, Some(b));
+    let once = ir.relu(pre);
+    let twice = ir.relu(once);
+    let plan = fused(plan(&ir, &[twice]));
+    // Both relus fold into the one kernel: it writes the outer relu's output.
+    assert_eq!(plan.len, ir.window(&[twice]).len());
+    let steps: Vec<_> = plan.fused().collect();
+    assert_eq!(steps.len(), 1, "{plan:?}");
+    assert_eq!(steps[0].out, id(twice));
+    assert_eq!(steps[0].pre, None);
+}

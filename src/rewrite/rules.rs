@@ -20,6 +20,7 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         rewrite!("mask-fill-le-to-relu";  "(mask-fill ?x (le ?x ?s) ?t)"         => "(relu ?x)" if is_float("?x")),
         rewrite!("clamp-min-to-relu";     "(mask-fill ?x (lt ?x ?s) ?t)"         => "(relu ?x)" if is_float("?x")),
         rewrite!("max-pair-zeros-to-relu";"(mask-where ?x (lower ?x ?z) ?z)"     => "(relu ?x)" if is_zeros_like("?z", "?x")),
+        rewrite!("relu-idempotent";       "(relu (relu ?x))"                     => "(relu ?x)"),
         rewrite!("matmul-unsqueezed-rhs"; "(matmul ?x (reshape ?w ?s))"          => "(matmul ?x ?w)" if unsqueezes_matrix("?w", "?s")),
         rewrite!("matmul-vecmat-swap";    "(swap-dims (matmul (swap-dims ?x ?d) ?w) ?d)" => "(matmul ?x ?w)" if swaps_batch_into_rows("?x", "?w", "?d")),
         rewrite!("matmul-add-to-linear";  "(add (matmul ?x ?w) ?b)"              => "(linear ?x ?w ?b)" if is_row_bias("?b", "?x", "?w")),

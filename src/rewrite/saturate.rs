@@ -1,6 +1,6 @@
 //! [`saturate`]: the only caller of egg's `Runner`.
 
-use super::{CostModel, TensorGraph, TensorLang, rules};
+use super::{CostModel, TensorAnalysis, TensorGraph, TensorLang, rules};
 use egg::{Extractor, Id, RecExpr, Rewrite, Runner, StopReason};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -43,8 +43,8 @@ impl Saturated {
     }
 }
 
-fn cached_rules() -> &'static [Rewrite<TensorLang, super::TensorAnalysis>] {
-    static RULES: OnceLock<Vec<Rewrite<TensorLang, super::TensorAnalysis>>> = OnceLock::new();
+fn cached_rules() -> &'static [Rewrite<TensorLang, TensorAnalysis>] {
+    static RULES: OnceLock<Vec<Rewrite<TensorLang, TensorAnalysis>>> = OnceLock::new();
     RULES.get_or_init(rules)
 }
 
@@ -58,13 +58,34 @@ fn cached_rules() -> &'static [Rewrite<TensorLang, super::TensorAnalysis>] {
 /// assert_eq!(saturated.find_best(root).1.to_string(), "(fused-linear-relu t1:f32:1x2 t2:f32:2x3 t3:f32:0x3)");
 /// ```
 pub fn saturate(egraph: TensorGraph, limits: &Limits) -> Saturated {
+    saturate_with(egraph, limits, cached_rules())
+}
+
+/// [`saturate`] with another rule set: [`rules()`](super::rules) plus a rule being written, for
+/// example (the book's "Writing your own rewrite rule" chapter).
+///
+/// ```
+/// use egg::rewrite;
+/// use hypatia::rewrite::{Limits, TensorGraph, rules, saturate_with};
+/// let mut my_rules = rules();
+/// my_rules.push(rewrite!("relu-idempotent"; "(relu (relu ?x))" => "(relu ?x)"));
+/// let mut egraph = TensorGraph::default();
+/// let root = egraph.add_expr(&"(relu (relu t1:f32:1x3))".parse().unwrap());
+/// let saturated = saturate_with(egraph, &Limits::default(), &my_rules);
+/// assert_eq!(saturated.find_best(root).1.to_string(), "(relu t1:f32:1x3)");
+/// ```
+pub fn saturate_with(
+    egraph: TensorGraph,
+    limits: &Limits,
+    rules: &[Rewrite<TensorLang, TensorAnalysis>],
+) -> Saturated {
     let start = Instant::now();
     let runner = Runner::default()
         .with_egraph(egraph)
         .with_node_limit(limits.nodes)
         .with_iter_limit(limits.iterations)
         .with_time_limit(limits.time)
-        .run(cached_rules());
+        .run(rules);
     let stop_reason = runner.stop_reason.clone().unwrap_or(StopReason::Saturated);
     Saturated {
         egraph: runner.egraph,

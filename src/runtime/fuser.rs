@@ -3,7 +3,7 @@
 use super::{HypatiaOptimization, LinearOptimization};
 use crate::capture::{Canonical, CapturedOp, OpKind, Window};
 use crate::kernel::{ExecutionPolicy, execution_policy, has_matrix_units};
-use crate::plan::{Claim, Plan, PlanOptions, plan_window};
+use crate::plan::{Claim, Plan, PlanOptions, dump, plan_window};
 use crate::rewrite::Limits;
 use crate::stats;
 use burn_backend::DType;
@@ -199,7 +199,17 @@ fn plan_cached(canonical: &Canonical, options: PlanOptions, device: &str) -> Cla
         }
     }
     log::trace!("hypatia: planning window {:#?}", kept.ops());
-    let planned = plan_window(kept, &Limits::default(), options);
+    let planned = match dump::dump_dir() {
+        None => plan_window(kept, &Limits::default(), options),
+        Some(dir) => {
+            let (planned, dump) = dump::explain_window(kept, &Limits::default(), options);
+            match dump.write(&dir, hash) {
+                Ok(path) => log::debug!("hypatia: dumped window to {}", path.display()),
+                Err(error) => log::warn!("hypatia: no dump written to {}: {error}", dir.display()),
+            }
+            planned
+        }
+    };
     let limited = !matches!(planned.stop_reason, StopReason::Saturated);
     stats::record_egg(device, planned.elapsed, limited);
     let claim = planned.claim;
