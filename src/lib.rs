@@ -85,3 +85,25 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Decorate
 
 /// `B` with Hypatia's fused Linear kernels: `Hypatia<Wgpu>`, `Hypatia<Cuda<bf16>>`, ...
 pub type Hypatia<B> = Fusion<<B as Decorate>::Backend>;
+
+/// The book's chapters as doc tests: `cargo test` compiles and runs every Rust block in
+/// `book/src`, so a snippet that stops compiling or asserting fails CI.
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../book/src/introduction.md")]
+    struct Introduction;
+    #[doc = include_str!("../book/src/getting-started.md")]
+    struct GettingStarted;
+    #[doc = include_str!("../book/src/how-it-works.md")]
+    struct HowItWorks;
+    #[doc = include_str!("../book/src/walkthrough.md")]
+    struct Walkthrough;
+    #[doc = include_str!("../book/src/training.md")]
+    struct Training;
+    #[doc = include_str!("../book/src/writing-rules.md")]
+    struct WritingRules;
+    #[doc = include_str!("../book/src/performance.md")]
+    struct Performance;
+    #[doc = include_str!("../book/src/troubleshooting.md")]
+    struct Troubleshooting;
+}

@@ -6,7 +6,7 @@
 //! `Fusion` registered) runs on the inner backend, so results are Burn's bit for bit.
 //!
 //! Errors the device reports go back to the user as Burn would report them: at the next
-//! `B::sync` or tensor read, as an [`ExecutionError`] (see [`defer_error`]).
+//! `B::sync` or tensor read, as an [`ExecutionError`] (kept by `defer_error` until then).
 
 mod probe;
 pub mod verify;

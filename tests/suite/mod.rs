@@ -1,3 +1,4 @@
+mod book;
 mod capture;
 mod check;
 mod common;

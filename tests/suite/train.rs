@@ -213,3 +213,58 @@ fn grad_tolerance() -> f32 {
 /// Adam steps compound rounding differences: a parameter whose gradient is near zero can step
 /// either way. Whole tensors must stay this close (‖a − b‖ / ‖b‖); seen on an H100: 2.4e-2.
 const TRAIN_TOLERANCE: f32 = if cfg!(feature = "cuda") { 5e-2 } else { 1e-3 };
+
+/// `relu(relu(x·w + b))` (rule `relu-idempotent`): the value and every gradient through
+/// `Autodiff<Hypatia<..>>` equal Burn's, with NaN and ±Inf in x.
+#[test]
+fn relu_applied_twice_matches_burn() {
+    fn run<B: AutodiffBackend>(x: &TensorData, w: &TensorData, b: &TensorData) -> Vec<TensorData> {
+        let device = Default::default();
+        let x = Tensor::<B, 2>::from_data(x.clone(), &device).require_grad();
+        let w = Tensor::<B, 2>::from_data(w.clone(), &device).require_grad();
+        let b = Tensor::<B, 1>::from_data(b.clone(), &device).require_grad();
+        let y = burn::tensor::activation::relu(burn::tensor::activation::relu(
+            x.clone().matmul(w.clone()) + b.clone().unsqueeze(),
+        ));
+        let grads = (y.clone() * y.clone()).sum().backward();
+        let grad = |t: Option<Tensor<B::InnerBackend, 2>>| t.expect("a gradient").into_data();
+        vec![
+            y.inner().into_data(),
+            grad(x.grad(&grads)),
+            grad(w.grad(&grads)),
+            b.grad(&grads).expect("a gradient").into_data(),
+        ]
+    }
+    let mut values: Vec<f32> = data(21, &[17, 33], 1.0).to_vec().unwrap();
+    values[5] = f32::NAN;
+    values[40] = f32::INFINITY;
+    let x = TensorData::new(values, [17, 33]);
+    let (w, b) = (data(22, &[33, 65], 1.0), data(23, &[65], 1.0));
+    let plain = run::<Autodiff<Plain>>(&x, &w, &b);
+    Plain::sync(&device()).unwrap();
+    let fused = run::<Autodiff<Fused>>(&x, &w, &b);
+    for (i, (f, p)) in fused.iter().zip(&plain).enumerate() {
+        let (fv, pv): (Vec<f32>, Vec<f32>) = (f.to_vec().unwrap(), p.to_vec().unwrap());
+        let special = |v: &[f32]| {
+            v.iter()
+                .map(|x| (x.is_nan(), x.is_infinite()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            special(&fv),
+            special(&pv),
+            "output {i}: NaN/Inf positions differ"
+        );
+        let finite = |v: Vec<f32>| {
+            v.into_iter()
+                .map(|x| if x.is_finite() { x } else { 0.0 })
+                .collect::<Vec<_>>()
+        };
+        let shape = f.shape.clone();
+        assert_close(
+            &TensorData::new(finite(fv), shape.clone()),
+            &TensorData::new(finite(pv), shape),
+            grad_tolerance(),
+        );
+    }
+}

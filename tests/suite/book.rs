@@ -1,0 +1,48 @@
+//! The book's code runs as doc tests (`src/lib.rs` includes each chapter under
+//! `cfg(doctest)`); these tests keep it that way as chapters are added.
+
+use std::path::Path;
+
+fn read(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+/// The chapter files `SUMMARY.md` links to.
+fn chapters() -> Vec<String> {
+    read("book/src/SUMMARY.md")
+        .lines()
+        .filter_map(|line| {
+            let start = line.find("](./")? + 4;
+            let end = start + line[start..].find(')')?;
+            Some(line[start..end].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_chapter_runs_as_a_doc_test() {
+    let lib = read("src/lib.rs");
+    let chapters = chapters();
+    assert!(chapters.len() >= 8, "{chapters:?}");
+    for chapter in chapters {
+        let include = format!("include_str!(\"../book/src/{chapter}\")");
+        assert!(
+            lib.contains(&include),
+            "src/lib.rs does not include {chapter}"
+        );
+    }
+}
+
+#[test]
+fn no_rust_block_in_the_book_is_skipped() {
+    for chapter in chapters() {
+        for line in read(&format!("book/src/{chapter}")).lines() {
+            let fence = line.trim_start();
+            let skipped = ["ignore", "no_run", "compile_fail"]
+                .iter()
+                .any(|flag| fence.starts_with("```rust") && fence.contains(flag));
+            assert!(!skipped, "{chapter}: `{line}` is not run by the doc tests");
+        }
+    }
+}
