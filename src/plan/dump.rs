@@ -96,16 +96,15 @@ pub struct EgraphSummary {
 
 /// [`plan_window`](super::plan_window), and a [`Dump`] of what it saw: the same claim.
 pub fn explain_window(window: &Window, limits: &Limits, options: PlanOptions) -> (Planned, Dump) {
-    let (planned, (alternatives, egraph, dot)) =
+    let (planned, (alternatives, classes, nodes, dot)) =
         plan_window_with(window, limits, options, |lowered, saturated| {
-            let egraph = EgraphSummary {
-                classes: saturated.egraph.number_of_classes(),
-                nodes: saturated.egraph.total_number_of_nodes(),
-                stop_reason: String::new(),
-                micros: 0,
-            };
-            let dot = saturated.egraph.dot().to_string();
-            (alternatives(lowered, saturated), egraph, dot)
+            let egraph = &saturated.egraph;
+            (
+                alternatives(lowered, saturated),
+                egraph.number_of_classes(),
+                egraph.total_number_of_nodes(),
+                egraph.dot().to_string(),
+            )
         });
     let dump = Dump {
         window: window.ops().iter().map(ToString::to_string).collect(),
@@ -113,9 +112,10 @@ pub fn explain_window(window: &Window, limits: &Limits, options: PlanOptions) ->
         claim: planned.claim.clone(),
         alternatives,
         egraph: EgraphSummary {
+            classes,
+            nodes,
             stop_reason: format!("{:?}", planned.stop_reason),
             micros: planned.elapsed.as_micros() as u64,
-            ..egraph
         },
         dot,
     };

@@ -473,9 +473,7 @@ fn dumps_say_why_a_window_was_declined() {
 #[test]
 fn claims_linear_with_relu_applied_twice() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let once = ir.relu(pre);
+    let (.., once) = linear_relu(&mut ir, &[17, 33]);
     let twice = ir.relu(once);
     let plan = fused(plan(&ir, &[twice]));
     // Both relus fold into the one kernel: it writes the outer relu's output.
