@@ -1,4 +1,4 @@
-//! Linear + bias + ReLU forward: `Hypatia<B>` vs Burn's `B` (its fusion on) vs `CubeBackend`
+//! Linear + bias + activation (ReLU by default, `--activation gelu` etc.) forward: `Hypatia<B>` vs Burn's `B` (its fusion on) vs `CubeBackend`
 //! (no fusion), in one process. Medians of `--runs` timed batches of about 1e13 FLOPs (at
 //! least `--iters` launches), every output kept alive until `sync`, after a warm-up that lets
 //! autotune settle. Prints a table and, with `--json`, writes one record per shape and dtype.
@@ -12,7 +12,7 @@
 
 use burn::prelude::*;
 use burn::tensor::Element;
-use burn::tensor::activation::relu;
+use burn::tensor::activation;
 use clap::Parser;
 use std::time::Instant;
 
@@ -50,6 +50,34 @@ struct Args {
     /// (e.g. `wgmma 128x256 s4 g1,wgmma 128x256 s4 g16 persistent`): one line each.
     #[arg(long, default_value = "")]
     candidates: String,
+    /// The activation after the Linear: relu, gelu, gelu-tanh, silu.
+    #[arg(long, default_value = "relu")]
+    activation: String,
+}
+
+impl Args {
+    /// The activation as Burn's API applies it.
+    fn activate<B: Backend>(&self, y: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self.activation.as_str() {
+            "relu" => activation::relu(y),
+            "gelu" => activation::gelu(y),
+            "gelu-tanh" => activation::gelu_approximate(y),
+            "silu" => activation::silu(y),
+            other => panic!("unknown activation {other}"),
+        }
+    }
+
+    /// The epilogue Hypatia runs it with.
+    fn epilogue(&self) -> hypatia::kernel::Epilogue {
+        use hypatia::kernel::Epilogue;
+        match self.activation.as_str() {
+            "relu" => Epilogue::Relu,
+            "gelu" => Epilogue::Gelu,
+            "gelu-tanh" => Epilogue::GeluTanh,
+            "silu" => Epilogue::Silu,
+            other => panic!("unknown activation {other}"),
+        }
+    }
 }
 
 /// Medians over timed batches: wall time per launch until `sync`, and the host's share of it
@@ -119,7 +147,7 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
     measure(
         iters(m, k, n, args),
         args.runs,
-        || relu(x.clone().matmul(w.clone()) + b.clone().unsqueeze()),
+        || args.activate(x.clone().matmul(w.clone()) + b.clone().unsqueeze()),
         || B::sync(&device).expect("sync"),
     )
 }
@@ -127,9 +155,7 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
 /// Hypatia's tensor-core engine called directly on `CubeBackend` buffers: the same kernels
 /// without Burn's op stream, so `hypatia - engine` is what the stream and the plan cost.
 fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
-    use hypatia::kernel::{
-        Epilogue, EpilogueInputs, Operand, check_linear, tensor_core::tensor_core_linear,
-    };
+    use hypatia::kernel::{EpilogueInputs, Operand, check_linear, tensor_core::tensor_core_linear};
     let (x, w, b) = inputs::<Bare<F>>(m, k, n);
     let device = x.device();
     let operand = |t: burn_cubecl::tensor::CubeTensor<Runtime>| Operand {
@@ -148,7 +174,7 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
         iters(m, k, n, args),
         args.runs,
         || {
-            let epilogue = EpilogueInputs::new(Epilogue::Relu, Some(&b));
+            let epilogue = EpilogueInputs::new(args.epilogue(), Some(&b));
             tensor_core_linear(&problem, &x, &w, epilogue, false)
         },
         || Bare::<F>::sync(&device).expect("sync"),
@@ -162,6 +188,9 @@ struct Row {
     k: usize,
     n: usize,
     dtype: String,
+    /// The activation after the Linear.
+    #[serde(default)]
+    activation: String,
     hypatia_ms: f64,
     burn_ms: f64,
     cube_ms: f64,
@@ -194,7 +223,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let hypatia = hypatia_t.ms;
         let after = hypatia::stats(&device);
         let count = |s: &hypatia::FusionStats, f: fn(&hypatia::PatternStats) -> u64| {
-            s.patterns.get("linear-relu").map_or(0, f)
+            s.patterns.get(args.epilogue().pattern()).map_or(0, f)
         };
         let path = [
             (
@@ -255,6 +284,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             k,
             n,
             dtype: dtype.clone(),
+            activation: args.activation.clone(),
             hypatia_ms: hypatia,
             burn_ms: burn,
             cube_ms: cube,

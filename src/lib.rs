@@ -21,7 +21,9 @@
 //!
 //! 1. **[`capture`]**: the fuser is fed Burn's `OperationIr`s; they become a [`Window`](capture::Window).
 //! 2. **[`rewrite`]**: the window is lowered into an egg e-graph and rewritten until
-//!    `relu(matmul(x, w) + reshape(b))`, in every form Burn emits, is a `fused-linear-relu` node.
+//!    `relu(matmul(x, w) + reshape(b))`, in every form Burn emits, is a `fused-linear-relu` node
+//!    (and likewise GELU, tanh GELU, SiLU, LeakyReLU, clamp, a Linear without bias or without
+//!    activation, and ReLU's backward).
 //! 3. **[`plan`]**: the cheapest extraction becomes a serialisable [`Plan`](plan::Plan) that
 //!    replays without egg.
 //! 4. **[`kernel`]**: each fused step is one CubeCL tiled matmul with a bias + activation epilogue.
@@ -98,6 +100,8 @@ mod book {
     struct HowItWorks;
     #[doc = include_str!("../book/src/walkthrough.md")]
     struct Walkthrough;
+    #[doc = include_str!("../book/src/activations.md")]
+    struct Activations;
     #[doc = include_str!("../book/src/training.md")]
     struct Training;
     #[doc = include_str!("../book/src/writing-rules.md")]

@@ -128,7 +128,61 @@ const CASES: [Case; 14] = [
         epilogue: Epilogue::ReluGrad,
         ..case(33, 1024, 4096)
     },
+    // Every other activation, with NaN / ±Inf inputs, with and without bias and pre.
+    Case {
+        specials: true,
+        epilogue: Epilogue::Gelu,
+        ..case(200, 72, 136)
+    },
+    Case {
+        bias: false,
+        epilogue: Epilogue::Gelu,
+        ..case(130, 256, 512)
+    },
+    Case {
+        specials: true,
+        epilogue: Epilogue::GeluTanh,
+        ..case(200, 72, 136)
+    },
+    Case {
+        specials: true,
+        pre: false,
+        epilogue: Epilogue::Silu,
+        ..case(200, 72, 136)
+    },
+    Case {
+        specials: true,
+        epilogue: Epilogue::LeakyRelu,
+        ..case(200, 72, 136)
+    },
+    Case {
+        specials: true,
+        bias: false,
+        epilogue: Epilogue::Clamp,
+        ..case(200, 72, 136)
+    },
 ];
+
+/// The run-time parameters every case passes: LeakyReLU's slope, clamp's bounds.
+const PARAMS: [f32; 2] = [-0.25, 0.75];
+
+/// The activation in float64, with the special values as the kernel (and Burn on CUDA) give
+/// them: clamp is `max(min, min(max, v))`, which takes NaN to `max`.
+fn activation(epilogue: Epilogue, v: f64) -> f64 {
+    let [alpha, beta] = PARAMS.map(f64::from);
+    match epilogue {
+        Epilogue::Relu if v <= 0.0 => 0.0,
+        Epilogue::Gelu => v * (libm::erf(v / std::f64::consts::SQRT_2) + 1.0) / 2.0,
+        Epilogue::GeluTanh => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            v * ((c * (v + 0.044715 * v.powi(3))).tanh() + 1.0) * 0.5
+        }
+        Epilogue::Silu => v * (-(((-v).exp() + 1.0).ln())).exp(),
+        Epilogue::LeakyRelu if v < 0.0 => v * alpha,
+        Epilogue::Clamp => alpha.max(beta.min(v)),
+        _ => v,
+    }
+}
 
 /// A 16-bit float format: rounding from f64, bits, and back.
 trait Half: Copy {
@@ -314,6 +368,7 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
             .then(|| dev.upload::<H>(&poison, out_shape.clone(), out_strides.clone())),
         epilogue: c.epilogue,
         gate: gated.then(|| dev.upload::<H>(&gate_bits, out_shape.clone(), out_strides.clone())),
+        params: PARAMS,
     };
     launch(tiling, &args)?;
 
@@ -328,9 +383,8 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
         .iter()
         .zip(&gate)
         .map(|(&v, &g)| match c.epilogue {
-            Epilogue::Relu if v <= 0.0 => 0.0,
             Epilogue::ReluGrad if g <= 0.0 => 0.0,
-            _ => v,
+            epilogue => activation(epilogue, v),
         })
         .collect();
     compare::<H>("out", &dev.download(&args.out), &out_ref)?;
@@ -402,6 +456,7 @@ fn wgmma_declines_what_it_cannot_run() {
         pre: None,
         epilogue: Epilogue::Relu,
         gate: None,
+        params: [0.0; 2],
     };
     let err = launch(WGMMA_TILINGS[0], &args).unwrap_err();
     assert!(err.contains("multiples of 8"), "{err}");

@@ -13,9 +13,9 @@
 use super::Window;
 use burn_backend::{DType, Shape};
 use burn_ir::{
-    BaseOperationIr, BinaryOpIr, CreationOpIr, FloatOperationIr, FullOpIr, MaskFillOpIr,
-    MaskWhereOpIr, MatmulOpIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, ShapeOpIr,
-    SwapDimsOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
+    BaseOperationIr, BinaryOpIr, CastOpIr, ClampOpIr, CreationOpIr, FloatOperationIr, FullOpIr,
+    MaskFillOpIr, MaskWhereOpIr, MatmulOpIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr,
+    ShapeOpIr, SwapDimsOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
 };
 use std::collections::HashMap;
 
@@ -42,7 +42,27 @@ enum Node {
     MaskWhere(T, T, T),
     Zeros,
     Full(u64),
-    Exp(T),
+    Unary(Unary, T),
+    Scalar(ScalarKind, T, u64),
+    Mul(T, T),
+    Cast(T),
+    Clamp(T, u64, u64),
+}
+
+#[derive(Clone, Copy)]
+enum Unary {
+    Exp,
+    Log,
+    Erf,
+    Tanh,
+}
+
+#[derive(Clone, Copy)]
+enum ScalarKind {
+    Mul,
+    Div,
+    Add,
+    Powf,
 }
 
 /// Builds a window op by op, then assigns statuses as burn-fusion would.
@@ -155,10 +175,94 @@ impl IrBuilder {
         self.op(Node::SwapDims(t, dim1, dim2), &shape, self.dtype)
     }
 
-    /// `float_exp`: an op Hypatia does not understand.
-    pub fn exp(&mut self, t: T) -> T {
+    fn unary(&mut self, op: Unary, t: T) -> T {
         let shape = self.shape(t);
-        self.op(Node::Exp(t), &shape, self.dtype)
+        self.op(Node::Unary(op, t), &shape, self.dtypes[t.0 as usize])
+    }
+
+    fn scalar_op(&mut self, op: ScalarKind, t: T) -> T {
+        let shape = self.shape(t);
+        let s = self.scalar();
+        self.op(Node::Scalar(op, t, s), &shape, self.dtypes[t.0 as usize])
+    }
+
+    /// `float_exp`.
+    pub fn exp(&mut self, t: T) -> T {
+        self.unary(Unary::Exp, t)
+    }
+
+    /// `float_mul` of two tensors of one shape.
+    pub fn mul(&mut self, lhs: T, rhs: T) -> T {
+        let shape = self.shape(lhs);
+        self.op(Node::Mul(lhs, rhs), &shape, self.dtypes[lhs.0 as usize])
+    }
+
+    /// `float_mul_scalar` (a fresh scalar id).
+    pub fn mul_scalar(&mut self, t: T) -> T {
+        self.scalar_op(ScalarKind::Mul, t)
+    }
+
+    /// `float_cast` to `dtype`.
+    pub fn cast(&mut self, t: T, dtype: DType) -> T {
+        let shape = self.shape(t);
+        self.op(Node::Cast(t), &shape, dtype)
+    }
+
+    /// `float_clamp(x, min, max)`.
+    pub fn clamp(&mut self, x: T) -> T {
+        let shape = self.shape(x);
+        let (min, max) = (self.scalar(), self.scalar());
+        self.op(Node::Clamp(x, min, max), &shape, self.dtypes[x.0 as usize])
+    }
+
+    /// Burn's `gelu`: `div_scalar(mul(x, add_scalar(erf(div_scalar(x, √2)), 1)), 2)`.
+    pub fn gelu(&mut self, x: T) -> T {
+        let t = self.scalar_op(ScalarKind::Div, x);
+        let t = self.unary(Unary::Erf, t);
+        let t = self.scalar_op(ScalarKind::Add, t);
+        let t = self.mul(x, t);
+        self.scalar_op(ScalarKind::Div, t)
+    }
+
+    /// Burn's `gelu_approximate`:
+    /// `mul_scalar(mul(x, add_scalar(tanh(mul_scalar(add(x, mul_scalar(powf_scalar(x, 3))))))))`.
+    pub fn gelu_tanh(&mut self, x: T) -> T {
+        let cube = self.scalar_op(ScalarKind::Powf, x);
+        let cube = self.scalar_op(ScalarKind::Mul, cube);
+        let inner = self.add(x, cube);
+        let inner = self.scalar_op(ScalarKind::Mul, inner);
+        let t = self.unary(Unary::Tanh, inner);
+        let t = self.scalar_op(ScalarKind::Add, t);
+        let t = self.mul(x, t);
+        self.scalar_op(ScalarKind::Mul, t)
+    }
+
+    /// Burn's `silu`: `mul(x, sigmoid(x))`, sigmoid computed in f32 and cast back:
+    /// `cast(exp(neg(log(add_scalar(exp(neg(cast(x, f32))), 1)))))`, `neg` a multiply by -1.
+    pub fn silu(&mut self, x: T) -> T {
+        let dtype = self.dtypes[x.0 as usize];
+        let t = self.cast(x, DType::F32);
+        let t = self.scalar_op(ScalarKind::Mul, t);
+        let t = self.unary(Unary::Exp, t);
+        let t = self.scalar_op(ScalarKind::Add, t);
+        let t = self.unary(Unary::Log, t);
+        let t = self.scalar_op(ScalarKind::Mul, t);
+        let t = self.unary(Unary::Exp, t);
+        let t = self.cast(t, dtype);
+        self.mul(x, t)
+    }
+
+    /// Burn's `leaky_relu`: `mask_where(x, lower_elem(x, 0), mul_scalar(x, slope))`.
+    pub fn leaky_relu(&mut self, x: T) -> T {
+        let shape = self.shape(x);
+        let s = self.scalar();
+        let mask = self.op(
+            Node::LowerElem(x, s),
+            &shape,
+            DType::Bool(burn_backend::BoolStore::Native),
+        );
+        let scaled = self.scalar_op(ScalarKind::Mul, x);
+        self.op(Node::MaskWhere(x, mask, scaled), &shape, self.dtype)
     }
 
     /// Burn's `relu`: `mask_fill(x, lower_equal_elem(x, 0), 0)`.
@@ -377,10 +481,63 @@ impl IrBuilder {
                             value: scalar(s),
                         }),
                     ),
-                    Node::Exp(t) => OperationIr::Float(
-                        dtype,
-                        FloatOperationIr::Exp(UnaryOpIr {
+                    Node::Unary(op, t) => {
+                        let desc = UnaryOpIr {
                             input: read(t, i),
+                            out,
+                        };
+                        OperationIr::Float(
+                            dtype,
+                            match op {
+                                Unary::Exp => FloatOperationIr::Exp(desc),
+                                Unary::Log => FloatOperationIr::Log(desc),
+                                Unary::Erf => FloatOperationIr::Erf(desc),
+                                Unary::Tanh => FloatOperationIr::Tanh(desc),
+                            },
+                        )
+                    }
+                    Node::Scalar(op, t, s) => {
+                        let desc = ScalarOpIr {
+                            lhs: read(t, i),
+                            rhs: scalar(s),
+                            out,
+                        };
+                        match op {
+                            ScalarKind::Mul => OperationIr::NumericFloat(
+                                dtype,
+                                NumericOperationIr::MulScalar(desc),
+                            ),
+                            ScalarKind::Div => OperationIr::NumericFloat(
+                                dtype,
+                                NumericOperationIr::DivScalar(desc),
+                            ),
+                            ScalarKind::Add => OperationIr::NumericFloat(
+                                dtype,
+                                NumericOperationIr::AddScalar(desc),
+                            ),
+                            ScalarKind::Powf => {
+                                OperationIr::Float(dtype, FloatOperationIr::PowfScalar(desc))
+                            }
+                        }
+                    }
+                    Node::Mul(l, r) => OperationIr::NumericFloat(
+                        dtype,
+                        NumericOperationIr::Mul(BinaryOpIr {
+                            lhs: read(l, i),
+                            rhs: read(r, i),
+                            out,
+                        }),
+                    ),
+                    Node::Cast(t) => OperationIr::BaseFloat(BaseOperationIr::Cast(CastOpIr {
+                        input: read(t, i),
+                        out,
+                    })),
+                    Node::Clamp(t, min, max) => OperationIr::NumericFloat(
+                        dtype,
+                        NumericOperationIr::Clamp(ClampOpIr {
+                            tensor: read(t, i),
+                            min: scalar(min),
+                            max: scalar(max),
                             out,
                         }),
                     ),
@@ -401,14 +558,17 @@ impl IrBuilder {
 
 fn node_inputs(node: &Node) -> Vec<T> {
     match *node {
-        Node::Matmul(a, b) | Node::Add(a, b) | Node::Lower(a, b) => vec![a, b],
+        Node::Matmul(a, b) | Node::Add(a, b) | Node::Lower(a, b) | Node::Mul(a, b) => vec![a, b],
         Node::MaskFill(a, b, _) => vec![a, b],
         Node::MaskWhere(a, b, c) => vec![a, b, c],
         Node::Reshape(a)
         | Node::SwapDims(a, _, _)
         | Node::LowerEqualElem(a, _)
         | Node::LowerElem(a, _)
-        | Node::Exp(a) => vec![a],
+        | Node::Unary(_, a)
+        | Node::Scalar(_, a, _)
+        | Node::Cast(a)
+        | Node::Clamp(a, _, _) => vec![a],
         Node::Zeros | Node::Full(_) => vec![],
     }
 }

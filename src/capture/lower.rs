@@ -1,7 +1,9 @@
 //! Lowering: a [`Window`] to an e-graph of [`TensorLang`] nodes.
 
 use super::{OpKind, Window};
-use crate::rewrite::{DimsLeaf, Elem, ScalarLeaf, ShapeLeaf, TensorGraph, TensorLang, TensorLeaf};
+use crate::rewrite::{
+    DimsLeaf, Elem, ElemLeaf, ScalarLeaf, ShapeLeaf, TensorGraph, TensorLang, TensorLeaf,
+};
 use burn_ir::{TensorId, TensorIr};
 use egg::Id;
 use std::collections::HashMap;
@@ -12,8 +14,8 @@ pub struct Lowered {
     pub egraph: TensorGraph,
     /// The e-class computing each tensor (canonicalise with `egraph.find` after rewriting).
     pub class_of: HashMap<TensorId, Id>,
-    /// Outputs of ops that can end a fused pattern (`mask_fill`, `mask_where`, `matmul`), in
-    /// window order.
+    /// Outputs of ops that can end a fused pattern ([`OpKind::may_end_pattern`]), in window
+    /// order.
     pub roots: Vec<TensorId>,
 }
 
@@ -52,11 +54,7 @@ pub fn lower(window: &Window) -> Lowered {
                 .get(i)
                 .map(|&s| TensorLang::Scalar(ScalarLeaf(s)))
         };
-        let needs_scalars = match op.kind {
-            OpKind::LowerEqualElem | OpKind::LowerElem | OpKind::MaskFill | OpKind::Full => 1,
-            _ => 0,
-        };
-        if !op.kind.is_lowered() || op.scalars.len() < needs_scalars {
+        if !op.kind.is_lowered() || op.scalars.len() < op.kind.scalar_count() {
             continue;
         }
         let mut input = |i: usize| class_or_leaf(&mut egraph, &mut class_of, &op.inputs[i]);
@@ -90,16 +88,39 @@ pub fn lower(window: &Window) -> Lowered {
                 let shape = egraph.add(TensorLang::Shape(shape_leaf(op.out())));
                 TensorLang::Full([shape, egraph.add(scalar(0).expect("checked above"))])
             }
+            OpKind::Mul => TensorLang::Mul([input(0), input(1)]),
+            OpKind::MulScalar | OpKind::DivScalar | OpKind::AddScalar | OpKind::PowfScalar => {
+                let x = input(0);
+                let s = egraph.add(scalar(0).expect("checked above"));
+                match op.kind {
+                    OpKind::MulScalar => TensorLang::MulScalar([x, s]),
+                    OpKind::DivScalar => TensorLang::DivScalar([x, s]),
+                    OpKind::AddScalar => TensorLang::AddScalar([x, s]),
+                    _ => TensorLang::PowfScalar([x, s]),
+                }
+            }
+            OpKind::Erf => TensorLang::Erf(input(0)),
+            OpKind::Tanh => TensorLang::Tanh(input(0)),
+            OpKind::Exp => TensorLang::Exp(input(0)),
+            OpKind::Log => TensorLang::Log(input(0)),
+            OpKind::Cast => {
+                let x = input(0);
+                let elem = Elem::from_dtype(op.out().dtype);
+                TensorLang::Cast([x, egraph.add(TensorLang::ElemOf(ElemLeaf(elem)))])
+            }
+            OpKind::Clamp => {
+                let x = input(0);
+                let min = egraph.add(scalar(0).expect("checked above"));
+                let max = egraph.add(scalar(1).expect("checked above"));
+                TensorLang::Clamp([x, min, max])
+            }
             OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim => {
                 unreachable!("skipped above")
             }
         };
         let id = egraph.add(node);
         class_of.insert(op.out().id, id);
-        if matches!(
-            op.kind,
-            OpKind::MaskFill | OpKind::MaskWhere | OpKind::Matmul
-        ) {
+        if op.kind.may_end_pattern() {
             roots.push(op.out().id);
         }
     }

@@ -38,6 +38,28 @@ pub enum OpKind {
     Zeros,
     /// `float_full(shape, scalar)`.
     Full,
+    /// `float_mul(lhs, rhs)`, broadcasting (GELU's and SiLU's `x · f(x)`).
+    Mul,
+    /// `float_mul_scalar(lhs, scalar)` (also Burn's `float_neg`, a multiply by -1).
+    MulScalar,
+    /// `float_div_scalar(lhs, scalar)`.
+    DivScalar,
+    /// `float_add_scalar(lhs, scalar)`.
+    AddScalar,
+    /// `float_powf_scalar(lhs, scalar)`.
+    PowfScalar,
+    /// `float_erf(input)`.
+    Erf,
+    /// `float_tanh(input)`.
+    Tanh,
+    /// `float_exp(input)`.
+    Exp,
+    /// `float_log(input)`.
+    Log,
+    /// `float_cast(input)`; the target type is the output's.
+    Cast,
+    /// `float_clamp(tensor, min, max)`.
+    Clamp,
     /// `float_sum_dim(input, axis)`: a bias gradient. Not rewritten (it is a leaf where read),
     /// but it keeps the window open: in a backward pass it sits between the matmuls and the
     /// relu mask that fuse with them.
@@ -59,6 +81,39 @@ impl OpKind {
     /// Whether lowering turns the op into an e-graph node (the others' outputs are leaves).
     pub fn is_lowered(&self) -> bool {
         !matches!(self, OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim)
+    }
+
+    /// How many scalars the op reads; lowering skips an op whose scalars are literals (an
+    /// absolute op), since rules and plans refer to scalars by relative id.
+    pub fn scalar_count(&self) -> usize {
+        match self {
+            OpKind::LowerEqualElem
+            | OpKind::LowerElem
+            | OpKind::MaskFill
+            | OpKind::Full
+            | OpKind::MulScalar
+            | OpKind::DivScalar
+            | OpKind::AddScalar
+            | OpKind::PowfScalar => 1,
+            OpKind::Clamp => 2,
+            _ => 0,
+        }
+    }
+
+    /// Whether the op's output can be the last op of a fused pattern: the fuser plans the
+    /// window after each such op.
+    pub fn may_end_pattern(&self) -> bool {
+        matches!(
+            self,
+            OpKind::Matmul
+                | OpKind::Add
+                | OpKind::MaskFill
+                | OpKind::MaskWhere
+                | OpKind::Mul
+                | OpKind::MulScalar
+                | OpKind::DivScalar
+                | OpKind::Clamp
+        )
     }
 
     /// Ops that cost no pass over memory when run as Burn's: views and bookkeeping.
@@ -133,6 +188,39 @@ impl CapturedOp {
                 ),
                 OperationIr::BaseFloat(BaseOperationIr::Zeros(z)) => {
                     (OpKind::Zeros, vec![], &z.out, vec![])
+                }
+                OperationIr::BaseFloat(BaseOperationIr::Cast(c)) => {
+                    (OpKind::Cast, vec![&c.input], &c.out, vec![])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::Mul(b)) => {
+                    (OpKind::Mul, vec![&b.lhs, &b.rhs], &b.out, vec![])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::MulScalar(s)) => {
+                    (OpKind::MulScalar, vec![&s.lhs], &s.out, vec![&s.rhs])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::DivScalar(s)) => {
+                    (OpKind::DivScalar, vec![&s.lhs], &s.out, vec![&s.rhs])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::AddScalar(s)) => {
+                    (OpKind::AddScalar, vec![&s.lhs], &s.out, vec![&s.rhs])
+                }
+                OperationIr::NumericFloat(_, NumericOperationIr::Clamp(c)) => {
+                    (OpKind::Clamp, vec![&c.tensor], &c.out, vec![&c.min, &c.max])
+                }
+                OperationIr::Float(_, FloatOperationIr::PowfScalar(s)) => {
+                    (OpKind::PowfScalar, vec![&s.lhs], &s.out, vec![&s.rhs])
+                }
+                OperationIr::Float(_, FloatOperationIr::Erf(u)) => {
+                    (OpKind::Erf, vec![&u.input], &u.out, vec![])
+                }
+                OperationIr::Float(_, FloatOperationIr::Tanh(u)) => {
+                    (OpKind::Tanh, vec![&u.input], &u.out, vec![])
+                }
+                OperationIr::Float(_, FloatOperationIr::Exp(u)) => {
+                    (OpKind::Exp, vec![&u.input], &u.out, vec![])
+                }
+                OperationIr::Float(_, FloatOperationIr::Log(u)) => {
+                    (OpKind::Log, vec![&u.input], &u.out, vec![])
                 }
                 OperationIr::Init(_) | OperationIr::Drop(_) => {
                     return Self::opaque(op, OpKind::Bookkeeping);

@@ -28,13 +28,16 @@ pub use verify::{Mismatch, VerifyMode, set_verify_mode, verify_mode};
 /// Why a claimed plan (or one of its steps) ran Burn's ops instead of the fused kernel.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum FallbackReason {
-    /// The activation's scalars were not zero (e.g. `clamp_min(x, 0.5)` has relu's shape).
-    #[error("scalar {id} is {value}, the fused activation needs 0")]
-    NonZeroScalar {
+    /// A scalar of the claimed ops did not have the value the fused activation assumes (e.g.
+    /// `clamp_min(x, 0.5)` has relu's shape but not its threshold).
+    #[error("scalar {id} is {value}, the fused activation needs {expected}")]
+    ScalarMismatch {
         /// Relative scalar id.
         id: u64,
         /// Its value at run time.
         value: f64,
+        /// The value the fused kernel computes with.
+        expected: f64,
     },
     /// The kernel refused the real shapes or types.
     #[error("kernel: {0}")]
@@ -53,7 +56,7 @@ impl FallbackReason {
     /// A short stable name, used as a key in [`FusionStats`](crate::FusionStats).
     pub fn key(&self) -> &'static str {
         match self {
-            FallbackReason::NonZeroScalar { .. } => "non-zero-scalar",
+            FallbackReason::ScalarMismatch { .. } => "scalar-mismatch",
             FallbackReason::Kernel(error) => error.key(),
             FallbackReason::Launch(_) => "launch-failed",
             FallbackReason::Mismatch(_) => "verify-mismatch",

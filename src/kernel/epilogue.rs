@@ -3,25 +3,75 @@
 use cubecl::prelude::*;
 use serde::{Deserialize, Serialize};
 
+/// `sqrt(2)`, the divisor inside Burn's exact GELU.
+pub const SQRT_2: f64 = std::f64::consts::SQRT_2;
+/// `sqrt(2 / pi)`, the scale inside Burn's tanh-approximate GELU.
+pub const SQRT_2_OVER_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2;
+
 /// What is applied to the accumulator (after the bias, if any) before the store.
+///
+/// Each activation is computed in f32 with the same operations, in the same order, as the ops
+/// Burn 0.21 emits for it, so special values (NaN, ±inf, ±0) come out as Burn's do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Epilogue {
     /// `x <= 0 ? 0 : x`, which keeps NaN like Burn's `relu` (`mask_fill(x, x <= 0, 0)`).
     Relu,
-    /// Nothing: a plain matmul (a weight gradient `xᵀ · dy`).
+    /// Nothing: a plain matmul (a weight gradient `xᵀ · dy`), or a Linear without activation.
     Identity,
     /// ReLU's backward on `dy · Wᵀ`: `gate <= 0 ? 0 : x`, where the gate is the forward's
     /// pre-activation (Burn's `mask_fill(dx, pre <= 0, 0)`; a NaN gate keeps `x`).
     ReluGrad,
+    /// Exact GELU, `x · (erf(x / √2) + 1) / 2` (Burn's `gelu`).
+    Gelu,
+    /// Tanh GELU, `x · (tanh(√(2/π) · (x + 0.044715 · x³)) + 1) · 0.5` (Burn's
+    /// `gelu_approximate`).
+    GeluTanh,
+    /// SiLU, `x · exp(-ln(exp(-x) + 1))` (Burn's `silu`: `x · sigmoid(x)`).
+    Silu,
+    /// LeakyReLU, `x < 0 ? x · slope : x`, with the slope a run-time scalar.
+    LeakyRelu,
+    /// `clamp(x, min, max)` (ReLU6 is `clamp(x, 0, 6)`), bounds as run-time scalars.
+    Clamp,
 }
 
 impl Epilogue {
-    /// The pattern name used in stats and logs.
+    /// Every epilogue, for tests and tables.
+    pub const ALL: [Epilogue; 8] = [
+        Epilogue::Relu,
+        Epilogue::Identity,
+        Epilogue::ReluGrad,
+        Epilogue::Gelu,
+        Epilogue::GeluTanh,
+        Epilogue::Silu,
+        Epilogue::LeakyRelu,
+        Epilogue::Clamp,
+    ];
+
+    /// The pattern name used in stats and logs (a Linear without activation is `linear`, see
+    /// [`FusedLinear::pattern`](crate::plan::FusedLinear::pattern)).
     pub fn pattern(&self) -> &'static str {
         match self {
             Epilogue::Relu => "linear-relu",
             Epilogue::Identity => "matmul",
             Epilogue::ReluGrad => "matmul-relu-grad",
+            Epilogue::Gelu => "linear-gelu",
+            Epilogue::GeluTanh => "linear-gelu-tanh",
+            Epilogue::Silu => "linear-silu",
+            Epilogue::LeakyRelu => "linear-leaky-relu",
+            Epilogue::Clamp => "linear-clamp",
+        }
+    }
+
+    /// The activation the kernels apply.
+    pub fn activation(&self) -> Activation {
+        match self {
+            Epilogue::Relu => Activation::Relu,
+            Epilogue::Identity | Epilogue::ReluGrad => Activation::None,
+            Epilogue::Gelu => Activation::Gelu,
+            Epilogue::GeluTanh => Activation::GeluTanh,
+            Epilogue::Silu => Activation::Silu,
+            Epilogue::LeakyRelu => Activation::LeakyRelu,
+            Epilogue::Clamp => Activation::Clamp,
         }
     }
 
@@ -34,12 +84,92 @@ impl Epilogue {
     pub fn gated(&self) -> bool {
         matches!(self, Epilogue::ReluGrad)
     }
+
+    /// The values the scalars of Burn's form must have for the kernel to compute the same
+    /// function, in the order the activation's e-graph node lists them (the kernels hard-code
+    /// them; a plan checks them before every execution). Relu's and relu-grad's scalars (the
+    /// threshold and the fill value) are all zero and are checked as such by the plan.
+    pub fn constants(&self) -> &'static [f64] {
+        match self {
+            Epilogue::Gelu => &[SQRT_2, 1.0, 2.0],
+            Epilogue::GeluTanh => &[3.0, 0.044715, SQRT_2_OVER_PI, 1.0, 0.5],
+            Epilogue::Silu => &[-1.0, 1.0, -1.0],
+            Epilogue::LeakyRelu => &[0.0],
+            Epilogue::Relu | Epilogue::Identity | Epilogue::ReluGrad | Epilogue::Clamp => &[],
+        }
+    }
+
+    /// How many run-time scalars the kernel reads after the constants: LeakyReLU's slope,
+    /// clamp's min and max.
+    pub fn parameters(&self) -> usize {
+        match self {
+            Epilogue::LeakyRelu => 1,
+            Epilogue::Clamp => 2,
+            _ => 0,
+        }
+    }
+}
+
+/// The function a kernel applies before the store, a compile-time switch of its epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Activation {
+    /// Nothing.
+    None,
+    /// Burn's relu.
+    Relu,
+    /// Exact GELU.
+    Gelu,
+    /// Tanh GELU.
+    GeluTanh,
+    /// SiLU.
+    Silu,
+    /// LeakyReLU with slope `alpha`.
+    LeakyRelu,
+    /// `clamp(x, alpha, beta)`.
+    Clamp,
+}
+
+impl Activation {
+    /// The code the Hopper kernel reads from its flags.
+    pub fn code(&self) -> u32 {
+        *self as u32
+    }
 }
 
 /// Burn's relu on an f32 accumulator: NaN compares false, so it passes through.
 #[cube]
 pub fn relu_keep_nan(value: f32) -> f32 {
     select(value <= 0.0f32, 0.0f32, value)
+}
+
+/// `activation(value)` in f32, as Burn's ops compute it (see [`Epilogue`]). `alpha` and `beta`
+/// are the run-time parameters (LeakyReLU's slope, clamp's bounds).
+#[cube]
+pub fn activate(value: f32, alpha: f32, beta: f32, #[comptime] activation: Activation) -> f32 {
+    let mut out = value;
+    if comptime![activation == Activation::Relu] {
+        out = relu_keep_nan(value);
+    }
+    if comptime![activation == Activation::Gelu] {
+        let inner = Erf::erf(value / 1.414_213_5f32) + 1.0f32;
+        out = value * inner / 2.0f32;
+    }
+    if comptime![activation == Activation::GeluTanh] {
+        let cube = f32::powf(value, 3.0f32) * 0.044715f32;
+        let inner = f32::tanh((value + cube) * 0.797_884_6f32) + 1.0f32;
+        out = value * inner * 0.5f32;
+    }
+    if comptime![activation == Activation::Silu] {
+        let sigmoid = f32::exp(-f32::ln(f32::exp(-value) + 1.0f32));
+        out = value * sigmoid;
+    }
+    if comptime![activation == Activation::LeakyRelu] {
+        out = select(value < 0.0f32, value * alpha, value);
+    }
+    if comptime![activation == Activation::Clamp] {
+        out = clamp(value, alpha, beta);
+    }
+    out
 }
 
 /// Comptime switches of the epilogue, shared by every kernel that stores one.
@@ -49,8 +179,8 @@ pub struct EpilogueFlags {
     pub has_bias: bool,
     /// Write the pre-activation to `pre`.
     pub write_pre: bool,
-    /// Apply relu (keeping NaN).
-    pub relu: bool,
+    /// The activation applied after the bias.
+    pub activation: Activation,
     /// Zero where `gate <= 0` (relu's backward).
     pub gated: bool,
 }
@@ -61,7 +191,7 @@ impl EpilogueFlags {
         Self {
             has_bias,
             write_pre,
-            relu: epilogue.relu(),
+            activation: epilogue.activation(),
             gated: epilogue.gated(),
         }
     }
@@ -80,6 +210,8 @@ pub fn store_epilogue<F: Float>(
     gate: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
+    alpha: f32,
+    beta: f32,
     #[comptime] flags: EpilogueFlags,
 ) {
     let mut value = accumulator;
@@ -89,9 +221,7 @@ pub fn store_epilogue<F: Float>(
     if flags.write_pre {
         pre[offset] = F::cast_from(value);
     }
-    if flags.relu {
-        value = relu_keep_nan(value);
-    }
+    value = activate(value, alpha, beta, flags.activation);
     if flags.gated {
         value = select(f32::cast_from(gate[offset]) <= 0.0f32, 0.0f32, value);
     }
@@ -111,6 +241,8 @@ pub fn bias_activation_kernel<F: Float>(
     gate: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
+    alpha: f32,
+    beta: f32,
     #[comptime] flags: EpilogueFlags,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -128,5 +260,5 @@ pub fn bias_activation_kernel<F: Float>(
     }
     let col = index % out.shape(rank - 1);
     let value = f32::cast_from(input[offset]);
-    store_epilogue::<F>(value, col, index, bias, gate, out, pre, flags);
+    store_epilogue::<F>(value, col, index, bias, gate, out, pre, alpha, beta, flags);
 }

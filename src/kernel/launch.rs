@@ -178,6 +178,9 @@ pub struct EpilogueInputs<'a, R: Runtime> {
     /// The gate of [`Epilogue::ReluGrad`], contiguous with the output's shape (see
     /// [`check_gate`]).
     pub gate: Option<&'a Operand<R>>,
+    /// The run-time parameters of the activation ([`Epilogue::parameters`]): LeakyReLU's
+    /// slope, clamp's min and max; unused entries are zero.
+    pub params: [f32; 2],
 }
 
 impl<'a, R: Runtime> EpilogueInputs<'a, R> {
@@ -187,7 +190,13 @@ impl<'a, R: Runtime> EpilogueInputs<'a, R> {
             epilogue,
             bias,
             gate: None,
+            params: [0.0; 2],
         }
+    }
+
+    /// With the activation's run-time parameters.
+    pub fn with_params(self, params: [f32; 2]) -> Self {
+        Self { params, ..self }
     }
 
     fn flags(&self, write_pre: bool) -> EpilogueFlags {
@@ -260,6 +269,8 @@ pub fn launch_fused_linear_into<R: Runtime>(
         outputs.gate_arg(epilogue.gate),
         outputs.out_arg(),
         outputs.pre_arg(),
+        epilogue.params[0],
+        epilogue.params[1],
         epilogue.flags(write_pre),
         problem.dtype.into(),
     );
@@ -328,6 +339,8 @@ pub fn launch_bias_activation_into<R: Runtime>(
         outputs.gate_arg(epilogue.gate),
         outputs.out_arg(),
         outputs.pre_arg(),
+        epilogue.params[0],
+        epilogue.params[1],
         epilogue.flags(write_pre),
         input.handle.dtype.into(),
     );

@@ -245,6 +245,8 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub epilogue: Epilogue,
     /// The gate of [`Epilogue::ReluGrad`]: contiguous, the output's shape.
     pub gate: Option<CubeTensor<R>>,
+    /// The activation's run-time parameters (see [`EpilogueInputs::params`]).
+    pub params: [f32; 2],
 }
 
 /// Largest problem (FLOPs) the tiled unit kernel is tuned on: beyond it, it always lost.
@@ -284,6 +286,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
             epilogue: self.epilogue,
             bias: bias.as_ref(),
             gate: gate.as_ref(),
+            params: self.params,
         })
     }
 
@@ -548,6 +551,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         out: new_output(),
         pre: write_pre.then(new_output),
         epilogue: epilogue.epilogue,
+        params: epilogue.params,
         x,
         w,
     };

@@ -49,6 +49,8 @@ pub fn fused_linear_kernel<F: Float>(
     gate: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
+    alpha: f32,
+    beta: f32,
     #[comptime] flags: EpilogueFlags,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -165,6 +167,8 @@ pub fn fused_linear_kernel<F: Float>(
                     gate,
                     out,
                     pre,
+                    alpha,
+                    beta,
                     flags,
                 );
             }

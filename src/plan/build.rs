@@ -1,6 +1,6 @@
 //! From a rewritten window to a [`Claim`].
 
-use super::{FusedLinear, Plan, Step, TensorRef};
+use super::{FusedLinear, Plan, ScalarGuard, Step, TensorRef};
 use crate::capture::{Lowered, OpKind, Window, lower};
 use crate::kernel::Epilogue;
 use crate::rewrite::{CostModel, Limits, Saturated, TensorLang, saturate};
@@ -72,6 +72,12 @@ pub struct PlanOptions {
     pub relu_grads: bool,
     /// Claim Linear + relu (`linear-relu`).
     pub linear_relus: bool,
+    /// Claim Linear + GELU, tanh GELU, SiLU, LeakyReLU or clamp (`linear-gelu`, ...).
+    pub activations: bool,
+    /// Claim a Linear without activation (`linear`, the bias add in the epilogue): like a plain
+    /// matmul, worth it only where Hypatia's engine can beat Burn's matmul, whose own fusion
+    /// already takes the bias add.
+    pub linears: bool,
 }
 
 impl Default for PlanOptions {
@@ -80,6 +86,8 @@ impl Default for PlanOptions {
             plain_matmuls: false,
             relu_grads: true,
             linear_relus: true,
+            activations: true,
+            linears: false,
         }
     }
 }
@@ -104,9 +112,15 @@ pub(crate) fn plan_window_with<T>(
     let saturated = saturate(std::mem::take(&mut lowered.egraph), limits);
     let mut candidates = find_candidates(window, &lowered, &saturated);
     candidates.retain(|c| match c.epilogue {
+        Epilogue::Identity if c.bias.is_some() => options.linears,
         Epilogue::Identity => options.plain_matmuls,
         Epilogue::ReluGrad => options.relu_grads,
         Epilogue::Relu => options.linear_relus,
+        Epilogue::Gelu
+        | Epilogue::GeluTanh
+        | Epilogue::Silu
+        | Epilogue::LeakyRelu
+        | Epilogue::Clamp => options.activations,
     });
     let claim = build_plan(window, &candidates);
     let elapsed = start.elapsed();
@@ -132,6 +146,11 @@ pub struct Candidate {
     pub bias: Option<TensorId>,
     /// The gate of a relu backward.
     pub gate: Option<TensorId>,
+    /// The window tensors equal to `x · w (+ bias)` before the activation (one of them is
+    /// the pattern's pre-activation); empty for relu's backward and a plain matmul.
+    pub linear: Vec<TensorId>,
+    /// The activation's scalar ids: its constants, then its run-time parameters.
+    pub scalars: Vec<u64>,
     /// What is applied.
     pub epilogue: Epilogue,
 }
@@ -144,9 +163,9 @@ impl Candidate {
     }
 }
 
-/// The roots whose cheapest term is a fused node: those with an epilogue first (a plain matmul
-/// inside one of them is then an overlap), each group in window order, except that roots
-/// computing the same fused node come latest first.
+/// The roots whose cheapest term is a fused node: those with an activation first, then Linears
+/// alone, then plain matmuls (a smaller pattern inside a larger one is then an overlap), each
+/// group in window order, except that roots computing the same fused node come latest first.
 pub fn find_candidates(
     window: &Window,
     lowered: &Lowered,
@@ -157,20 +176,29 @@ pub fn find_candidates(
     let raw: Vec<_> = lowered
         .roots
         .iter()
-        .filter_map(
-            |root| match extractor.find_best_node(lowered.class_of[root]) {
-                TensorLang::FusedLinearRelu([x, w, b]) => {
-                    Some((*root, Epilogue::Relu, [*x, *w], [Some(*b), None]))
-                }
-                TensorLang::FusedMatmulReluGrad([x, w, g]) => {
-                    Some((*root, Epilogue::ReluGrad, [*x, *w], [None, Some(*g)]))
-                }
-                TensorLang::FusedMatmul([x, w]) => {
-                    Some((*root, Epilogue::Identity, [*x, *w], [None, None]))
-                }
-                _ => None,
-            },
-        )
+        .filter_map(|root| {
+            let node = extractor.find_best_node(lowered.class_of[root]);
+            let (epilogue, children) = node.fused()?;
+            let [x, w] = [children[0], children[1]];
+            // Relu's backward reads a gate where the others read a bias (or `no-bias`).
+            let third = children.get(2).copied();
+            let (bias, gate) = match epilogue {
+                Epilogue::ReluGrad => (None, third),
+                _ => (third.filter(|&b| !is_no_bias(egraph, b)), None),
+            };
+            // The bias-less Linear the node computes, for its pre-activation.
+            let linear = TensorLang::Linear([x, w, third.unwrap_or(x)]);
+            let linear = (epilogue != Epilogue::ReluGrad && third.is_some())
+                .then(|| egraph.lookup(linear.clone()))
+                .flatten();
+            let scalars: Option<Vec<u64>> = children
+                .get(3..)
+                .unwrap_or_default()
+                .iter()
+                .map(|&class| scalar_id(egraph, class))
+                .collect();
+            Some((*root, epilogue, [x, w], [bias, gate], linear, scalars?))
+        })
         .collect();
     let roots: HashSet<TensorId> = raw.iter().map(|(root, ..)| *root).collect();
     // An operand class may hold several window tensors: prefer one that is certainly
@@ -189,7 +217,7 @@ pub fn find_candidates(
     };
     let candidates: Vec<Candidate> = raw
         .into_iter()
-        .filter_map(|(root, epilogue, [x, w], [bias, gate])| {
+        .filter_map(|(root, epilogue, [x, w], [bias, gate], linear, scalars)| {
             // An absent operand stays absent; a present one must name a window tensor.
             let optional =
                 |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
@@ -199,6 +227,8 @@ pub fn find_candidates(
                 w: tensor_of(w)?,
                 bias: optional(bias)?,
                 gate: optional(gate)?,
+                linear: linear.map_or_else(Vec::new, |class| lowered.find_tensors(egraph, class)),
+                scalars,
                 epilogue,
             })
         })
@@ -207,17 +237,38 @@ pub fn find_candidates(
     // covers the most ops, so it is tried first, and the earlier ones only if it cannot be
     // claimed (its intermediates are read elsewhere).
     let same = |a: &Candidate, b: &Candidate| {
-        (a.x, a.w, a.bias, a.gate, a.epilogue) == (b.x, b.w, b.bias, b.gate, b.epilogue)
+        (a.x, a.w, a.bias, a.gate, a.epilogue, &a.scalars)
+            == (b.x, b.w, b.bias, b.gate, b.epilogue, &b.scalars)
     };
-    let order: Vec<(bool, usize, Reverse<usize>)> = (candidates.iter().enumerate())
+    // Larger patterns first: an activation, then a Linear alone, then a plain matmul.
+    let rank = |c: &Candidate| match (c.epilogue, c.bias) {
+        (Epilogue::Identity, Some(_)) => 1,
+        (Epilogue::Identity, None) => 2,
+        _ => 0,
+    };
+    let order: Vec<(u8, usize, Reverse<usize>)> = (candidates.iter().enumerate())
         .map(|(i, c)| {
             let group = candidates.iter().position(|d| same(c, d)).unwrap_or(i);
-            (c.epilogue == Epilogue::Identity, group, Reverse(i))
+            (rank(c), group, Reverse(i))
         })
         .collect();
     let mut ordered: Vec<_> = order.into_iter().zip(candidates).collect();
     ordered.sort_by_key(|(key, _)| *key);
     ordered.into_iter().map(|(_, c)| c).collect()
+}
+
+fn is_no_bias(egraph: &crate::rewrite::TensorGraph, class: Id) -> bool {
+    egraph[class]
+        .nodes
+        .iter()
+        .any(|node| matches!(node, TensorLang::NoBias(_)))
+}
+
+fn scalar_id(egraph: &crate::rewrite::TensorGraph, class: Id) -> Option<u64> {
+    egraph[class].nodes.iter().find_map(|node| match node {
+        TensorLang::Scalar(leaf) => Some(leaf.0),
+        _ => None,
+    })
 }
 
 /// A candidate with the block ops it covers.
@@ -300,16 +351,6 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
         has_matmul.then_some((t, chain))
     };
     let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
-        Epilogue::Relu => {
-            let add = ops
-                .iter()
-                .map(|&i| &window.ops()[i])
-                .find(|op| op.kind == OpKind::Add)
-                .ok_or(Reason::NoMatch)?;
-            // The add's matmul side is the input computed through a matmul.
-            let side = add.inputs.iter().find_map(|t| through_matmul(t.id));
-            (Some(add.out().id), side.ok_or(Reason::NoMatch)?)
-        }
         // The mask fill's tensor input is the matmul side.
         Epilogue::ReluGrad => {
             let fill = window
@@ -318,7 +359,27 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
             let side = through_matmul(window.ops()[fill].inputs[0].id);
             (None, side.ok_or(Reason::NoMatch)?)
         }
-        Epilogue::Identity => (None, (candidate.root, ops.clone())),
+        Epilogue::Identity if candidate.bias.is_none() => (None, (candidate.root, ops.clone())),
+        // A Linear: its output (computed by a covered op) is the pre-activation. With a bias,
+        // the matmul side is the bias add's input computed through a matmul.
+        _ => {
+            let linear = (candidate.linear.iter())
+                .find(|t| window.find_producer(**t).is_some_and(|p| ops.contains(&p)))
+                .copied()
+                .ok_or(Reason::NoMatch)?;
+            let side = match candidate.bias {
+                Some(_) => {
+                    let add = window.find_producer(linear).ok_or(Reason::NoMatch)?;
+                    let add = &window.ops()[add];
+                    (add.kind == OpKind::Add)
+                        .then(|| add.inputs.iter().find_map(|t| through_matmul(t.id)))
+                        .flatten()
+                }
+                None => through_matmul(linear),
+            };
+            let pre = (linear != candidate.root).then_some(linear);
+            (pre, side.ok_or(Reason::NoMatch)?)
+        }
     };
     for &index in &ops {
         let value = window.ops()[index].out().id;
@@ -432,7 +493,7 @@ fn check_interleaved(
 
 fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, len: usize) -> Plan {
     let mut steps = Vec::new();
-    let mut zero_scalars = Vec::new();
+    let mut guards = Vec::new();
     for index in 0..len {
         // Each step at its earliest position, before the op there (in a backward pass the
         // ops after a gradient matmul read its operands, and the last of them frees them).
@@ -445,10 +506,19 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                     .unwrap_or(TensorStatus::ReadOnly),
             };
             let c = &a.candidate;
-            zero_scalars.extend(
-                ops.iter()
-                    .flat_map(|&i| window.ops()[i].scalars.iter().copied()),
-            );
+            let constants = c.epilogue.constants();
+            match c.epilogue {
+                // Relu's threshold and fill value (and a `full`'s value): all zero.
+                Epilogue::Relu | Epilogue::ReluGrad => guards.extend(
+                    (ops.iter())
+                        .flat_map(|&i| window.ops()[i].scalars.iter())
+                        .map(|&id| ScalarGuard { id, value: 0.0 }),
+                ),
+                _ => guards.extend(
+                    (constants.iter().zip(&c.scalars))
+                        .map(|(&value, &id)| ScalarGuard { id, value }),
+                ),
+            }
             steps.push(Step::Fused(FusedLinear {
                 x: reference(c.x),
                 w: reference(c.w),
@@ -457,6 +527,11 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                 out: c.root,
                 pre: a.pre,
                 epilogue: c.epilogue,
+                params: c
+                    .scalars
+                    .get(constants.len()..)
+                    .unwrap_or_default()
+                    .to_vec(),
                 ops,
                 matmul_ops: a.matmul_ops.iter().copied().collect(),
                 matmul_out: a.matmul_out,
@@ -466,9 +541,5 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
             steps.push(Step::Run(index));
         }
     }
-    Plan {
-        steps,
-        len,
-        zero_scalars,
-    }
+    Plan { steps, len, guards }
 }

@@ -34,6 +34,9 @@ pub struct FusedLinear {
     pub pre: Option<TensorId>,
     /// What is applied before the store.
     pub epilogue: Epilogue,
+    /// Relative scalar ids of the epilogue's run-time parameters ([`Epilogue::parameters`]),
+    /// read at each execution.
+    pub params: Vec<u64>,
     /// The block ops this step replaces, in block order (run them to fall back).
     pub ops: Vec<usize>,
     /// The ops among `ops` that compute the matmul side of the bias add, in block order: the
@@ -59,12 +62,38 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Number of block ops claimed (a prefix of the block).
     pub len: usize,
-    /// Relative scalar ids that must be zero for the fused activation to equal Burn's ops
-    /// (relu's threshold and fill value); checked before every execution.
-    pub zero_scalars: Vec<u64>,
+    /// Scalars that must have a given value for the fused activations to equal Burn's ops
+    /// (relu's threshold and fill value, GELU's constants, ...); checked before every execution.
+    pub guards: Vec<ScalarGuard>,
+}
+
+/// A run-time check of one scalar of the claimed ops.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScalarGuard {
+    /// Relative scalar id.
+    pub id: u64,
+    /// The value it must have (equal within 1e-6 relative, as f32 and f64 spellings of a
+    /// constant differ there).
+    pub value: f64,
+}
+
+impl ScalarGuard {
+    /// Whether `actual` passes.
+    pub fn holds(&self, actual: f64) -> bool {
+        (actual - self.value).abs() <= 1e-6 * self.value.abs()
+    }
 }
 
 impl FusedLinear {
+    /// The pattern name used in stats and logs: the epilogue's, or `linear` for a Linear
+    /// without activation.
+    pub fn pattern(&self) -> &'static str {
+        match (self.epilogue, &self.bias) {
+            (Epilogue::Identity, Some(_)) => "linear",
+            (epilogue, _) => epilogue.pattern(),
+        }
+    }
+
     /// The tensors the step reads, in kernel order: x, w, then bias and gate when present.
     pub fn operands(&self) -> impl Iterator<Item = TensorRef> + '_ {
         [Some(self.x), Some(self.w), self.bias, self.gate]
@@ -99,6 +128,7 @@ impl Plan {
                     out: tensor(fused.out),
                     pre: fused.pre.map(tensor),
                     epilogue: fused.epilogue,
+                    params: fused.params.clone(),
                     ops: ops(&fused.ops),
                     matmul_ops: ops(&fused.matmul_ops),
                     matmul_out: tensor(fused.matmul_out),
@@ -108,7 +138,7 @@ impl Plan {
         Plan {
             steps,
             len,
-            zero_scalars: self.zero_scalars.clone(),
+            guards: self.guards.clone(),
         }
     }
 

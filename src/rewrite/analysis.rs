@@ -35,17 +35,40 @@ impl Analysis<TensorLang> for TensorAnalysis {
                 elem: leaf.elem,
                 shape: leaf.shape.clone(),
             }),
-            TensorLang::Shape(_) | TensorLang::Scalar(_) | TensorLang::Dims(_) => None,
-            TensorLang::Matmul([lhs, rhs])
-            | TensorLang::FusedMatmul([lhs, rhs])
-            | TensorLang::FusedMatmulReluGrad([lhs, rhs, _])
-            | TensorLang::Linear([lhs, rhs, _])
-            | TensorLang::FusedLinearRelu([lhs, rhs, _]) => {
+            TensorLang::Shape(_)
+            | TensorLang::Scalar(_)
+            | TensorLang::Dims(_)
+            | TensorLang::ElemOf(_)
+            | TensorLang::NoBias(_) => None,
+            TensorLang::Matmul([lhs, rhs]) | TensorLang::Linear([lhs, rhs, _]) => {
                 let shape = matmul_shape(&info(lhs)?.shape, &info(rhs)?.shape)?;
                 with(lhs, shape)
             }
-            TensorLang::Add([lhs, rhs]) => {
+            TensorLang::Add([lhs, rhs]) | TensorLang::Mul([lhs, rhs]) => {
                 with(lhs, broadcast(&info(lhs)?.shape, &info(rhs)?.shape)?)
+            }
+            TensorLang::MulScalar([x, _])
+            | TensorLang::DivScalar([x, _])
+            | TensorLang::AddScalar([x, _])
+            | TensorLang::PowfScalar([x, _])
+            | TensorLang::Erf(x)
+            | TensorLang::Tanh(x)
+            | TensorLang::Exp(x)
+            | TensorLang::Log(x)
+            | TensorLang::Clamp([x, _, _])
+            | TensorLang::Gelu([x, ..])
+            | TensorLang::GeluTanh([x, ..])
+            | TensorLang::Silu([x, ..])
+            | TensorLang::LeakyRelu([x, ..]) => info(x),
+            TensorLang::Cast([x, elem]) => {
+                let elem = egraph[*elem].nodes.iter().find_map(|node| match node {
+                    TensorLang::ElemOf(leaf) => Some(leaf.0),
+                    _ => None,
+                })?;
+                Some(TensorInfo {
+                    elem,
+                    shape: info(x)?.shape,
+                })
             }
             TensorLang::LowerEqualElem([lhs, _]) | TensorLang::LowerElem([lhs, _]) => {
                 Some(TensorInfo {
@@ -76,6 +99,13 @@ impl Analysis<TensorLang> for TensorAnalysis {
                 shape: find_shape(egraph, *shape)?,
             }),
             TensorLang::Relu(input) => info(input),
+            // The fused nodes: a matmul's shape.
+            fused => {
+                let (_, children) = fused.fused()?;
+                let (lhs, rhs) = (&children[0], &children[1]);
+                let shape = matmul_shape(&info(lhs)?.shape, &info(rhs)?.shape)?;
+                with(lhs, shape)
+            }
         }
     }
 

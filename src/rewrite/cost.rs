@@ -34,12 +34,19 @@ impl CostModel {
             TensorLang::Reshape(_) | TensorLang::SwapDims(_) => VIEW,
             TensorLang::Matmul(_) => MATMUL,
             TensorLang::Linear(_) => MATMUL + LAUNCH,
-            TensorLang::FusedLinearRelu(_) | TensorLang::FusedMatmulReluGrad(_) => {
-                MATMUL + EPILOGUE
-            }
             // Hypatia's engine for the matmul alone: never worse than Burn's (it is one of its
             // candidates), so extraction takes it wherever nothing larger covers the matmul.
             TensorLang::FusedMatmul(_) => MATMUL - EPILOGUE,
+            // Every other fused node: the matmul and an epilogue in registers.
+            TensorLang::FusedLinearRelu(_)
+            | TensorLang::FusedMatmulReluGrad(_)
+            | TensorLang::FusedLinear(_)
+            | TensorLang::FusedLinearGelu(_)
+            | TensorLang::FusedLinearGeluTanh(_)
+            | TensorLang::FusedLinearSilu(_)
+            | TensorLang::FusedLinearLeakyRelu(_)
+            | TensorLang::FusedLinearClamp(_) => MATMUL + EPILOGUE,
+            TensorLang::ElemOf(_) | TensorLang::NoBias(_) => 0.0,
             TensorLang::Add(_)
             | TensorLang::LowerEqualElem(_)
             | TensorLang::LowerElem(_)
@@ -48,7 +55,23 @@ impl CostModel {
             | TensorLang::MaskWhere(_)
             | TensorLang::Zeros(_)
             | TensorLang::Full(_)
-            | TensorLang::Relu(_) => LAUNCH,
+            | TensorLang::Relu(_)
+            | TensorLang::Mul(_)
+            | TensorLang::MulScalar(_)
+            | TensorLang::DivScalar(_)
+            | TensorLang::AddScalar(_)
+            | TensorLang::PowfScalar(_)
+            | TensorLang::Erf(_)
+            | TensorLang::Tanh(_)
+            | TensorLang::Exp(_)
+            | TensorLang::Log(_)
+            | TensorLang::Cast(_)
+            | TensorLang::Clamp(_) => LAUNCH,
+            // An activation run as Burn's ops: Burn's elementwise fusion makes it one launch.
+            TensorLang::Gelu(_)
+            | TensorLang::GeluTanh(_)
+            | TensorLang::Silu(_)
+            | TensorLang::LeakyRelu(_) => LAUNCH,
         }
     }
 }

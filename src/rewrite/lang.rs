@@ -30,10 +30,58 @@ define_language! {
         "fused-linear-relu" = FusedLinearRelu([Id; 3]),
         "fused-matmul" = FusedMatmul([Id; 2]),
         "fused-matmul-relu-grad" = FusedMatmulReluGrad([Id; 3]),
+        // Elementwise ops of Burn's activations (their scalars are children).
+        "mul" = Mul([Id; 2]),
+        "mul-scalar" = MulScalar([Id; 2]),
+        "div-scalar" = DivScalar([Id; 2]),
+        "add-scalar" = AddScalar([Id; 2]),
+        "powf-scalar" = PowfScalar([Id; 2]),
+        "erf" = Erf(Id),
+        "tanh" = Tanh(Id),
+        "exp" = Exp(Id),
+        "log" = Log(Id),
+        "cast" = Cast([Id; 2]),
+        "clamp" = Clamp([Id; 3]),
+        // Activations as the rules recognise them: the input, then the scalars of Burn's form
+        // in the order of `Epilogue::constants`, then its run-time parameters.
+        "gelu" = Gelu([Id; 4]),
+        "gelu-tanh" = GeluTanh([Id; 6]),
+        "silu" = Silu([Id; 4]),
+        "leaky-relu" = LeakyRelu([Id; 3]),
+        // The bias of a Linear without one (`linear ?x ?w no-bias` is a matmul).
+        "no-bias" = NoBias([Id; 0]),
+        // Fused Linear + activation: x, w, bias (or no-bias), then the activation's scalars.
+        "fused-linear" = FusedLinear([Id; 3]),
+        "fused-linear-gelu" = FusedLinearGelu([Id; 6]),
+        "fused-linear-gelu-tanh" = FusedLinearGeluTanh([Id; 8]),
+        "fused-linear-silu" = FusedLinearSilu([Id; 6]),
+        "fused-linear-leaky-relu" = FusedLinearLeakyRelu([Id; 5]),
+        "fused-linear-clamp" = FusedLinearClamp([Id; 5]),
         Tensor(TensorLeaf),
         Shape(ShapeLeaf),
         Scalar(ScalarLeaf),
         Dims(DimsLeaf),
+        ElemOf(ElemLeaf),
+    }
+}
+
+impl TensorLang {
+    /// The epilogue and the children (`x`, `w`, bias, then scalars; the gate of relu's
+    /// backward as the bias) of a fused node, `None` for any other node.
+    pub fn fused(&self) -> Option<(crate::kernel::Epilogue, &[Id])> {
+        use crate::kernel::Epilogue;
+        let epilogue = match self {
+            TensorLang::FusedLinearRelu(_) => Epilogue::Relu,
+            TensorLang::FusedMatmul(_) | TensorLang::FusedLinear(_) => Epilogue::Identity,
+            TensorLang::FusedMatmulReluGrad(_) => Epilogue::ReluGrad,
+            TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
+            TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
+            TensorLang::FusedLinearSilu(_) => Epilogue::Silu,
+            TensorLang::FusedLinearLeakyRelu(_) => Epilogue::LeakyRelu,
+            TensorLang::FusedLinearClamp(_) => Epilogue::Clamp,
+            _ => return None,
+        };
+        Some((epilogue, egg::Language::children(self)))
     }
 }
 
@@ -197,6 +245,26 @@ impl FromStr for ScalarLeaf {
         Ok(Self(
             id.parse().map_err(|e| format!("bad scalar id {id}: {e}"))?,
         ))
+    }
+}
+
+/// The element type a cast produces. Written `elem:<type>`, e.g. `elem:f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ElemLeaf(pub Elem);
+
+impl fmt::Display for ElemLeaf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "elem:{}", self.0.name())
+    }
+}
+
+impl FromStr for ElemLeaf {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let elem = s
+            .strip_prefix("elem:")
+            .ok_or("elem leaf starts with elem:")?;
+        Ok(Self(elem.parse()?))
     }
 }
 

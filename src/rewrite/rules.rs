@@ -13,19 +13,43 @@ use egg::{Id, Rewrite, Subst, Var, rewrite};
 /// (`mask_fill(x, x < 0, 0)`) and `max_pair(x, zeros)` (`mask_where(x, x < z, z)`). All three keep
 /// NaN, which is why they are the same function. The scalars are ids here; the plan checks
 /// that they are zero before every execution.
+///
+/// The other activations are recognised from the ops Burn 0.21's default implementations
+/// emit (`burn-backend`'s `ActivationOps`, `burn-tensor`'s `activation` module), scalars kept as
+/// children: the plan checks each constant's value at run time ([`Epilogue::constants`]) and
+/// hands LeakyReLU's slope and clamp's bounds to the kernel. A matmul is a Linear without a
+/// bias, so every activation also fuses with a bias-less Linear.
+///
+/// [`Epilogue::constants`]: crate::kernel::Epilogue::constants
 #[rustfmt::skip]
 pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
     vec![
         rewrite!("add-commute";           "(add ?a ?b)"                          => "(add ?b ?a)"),
+        rewrite!("mul-commute";           "(mul ?a ?b)"                          => "(mul ?b ?a)"),
         rewrite!("mask-fill-le-to-relu";  "(mask-fill ?x (le ?x ?s) ?t)"         => "(relu ?x)" if is_float("?x")),
         rewrite!("clamp-min-to-relu";     "(mask-fill ?x (lt ?x ?s) ?t)"         => "(relu ?x)" if is_float("?x")),
         rewrite!("max-pair-zeros-to-relu";"(mask-where ?x (lower ?x ?z) ?z)"     => "(relu ?x)" if is_zeros_like("?z", "?x")),
         rewrite!("relu-idempotent";       "(relu (relu ?x))"                     => "(relu ?x)"),
+        // gelu: x * (erf(x / sqrt 2) + 1) / 2
+        rewrite!("gelu";                  "(div-scalar (mul ?x (add-scalar (erf (div-scalar ?x ?a)) ?b)) ?c)" => "(gelu ?x ?a ?b ?c)" if is_float("?x")),
+        // gelu_approximate: (x * (tanh((x + x^3 * 0.044715) * sqrt(2 / pi)) + 1)) * 0.5
+        rewrite!("gelu-tanh";             "(mul-scalar (mul ?x (add-scalar (tanh (mul-scalar (add ?x (mul-scalar (powf-scalar ?x ?p) ?c)) ?s)) ?one)) ?half)" => "(gelu-tanh ?x ?p ?c ?s ?one ?half)" if is_float("?x")),
+        // silu: x * sigmoid(x), sigmoid = cast(exp(-log(exp(-cast(x, f32)) + 1)), x's type)
+        rewrite!("silu";                  "(mul ?x (cast (exp (mul-scalar (log (add-scalar (exp (mul-scalar (cast ?x ?f) ?n)) ?one)) ?m)) ?e))" => "(silu ?x ?n ?one ?m)" if is_float("?x")),
+        // leaky_relu: mask_where(x, x < 0, x * slope)
+        rewrite!("leaky-relu";            "(mask-where ?x (lt ?x ?z) (mul-scalar ?x ?slope))" => "(leaky-relu ?x ?z ?slope)" if is_float("?x")),
         rewrite!("matmul-unsqueezed-rhs"; "(matmul ?x (reshape ?w ?s))"          => "(matmul ?x ?w)" if unsqueezes_matrix("?w", "?s")),
         rewrite!("matmul-vecmat-swap";    "(swap-dims (matmul (swap-dims ?x ?d) ?w) ?d)" => "(matmul ?x ?w)" if swaps_batch_into_rows("?x", "?w", "?d")),
         rewrite!("matmul-add-to-linear";  "(add (matmul ?x ?w) ?b)"              => "(linear ?x ?w ?b)" if is_row_bias("?b", "?x", "?w")),
+        rewrite!("matmul-is-linear";      "(matmul ?x ?w)"                       => "(linear ?x ?w no-bias)"),
         rewrite!("linear-unreshape-bias"; "(linear ?x ?w (reshape ?b ?s))"       => "(linear ?x ?w ?b)" if is_vector("?b")),
-        rewrite!("linear-relu-to-fused";  "(relu (linear ?x ?w ?b))"             => "(fused-linear-relu ?x ?w ?b)" if same_kernel_float(&["?x", "?w", "?b"])),
+        rewrite!("linear-to-fused";       "(linear ?x ?w ?b)"                    => "(fused-linear ?x ?w ?b)" if has_bias("?b", &["?x", "?w", "?b"])),
+        rewrite!("linear-relu-to-fused";  "(relu (linear ?x ?w ?b))"             => "(fused-linear-relu ?x ?w ?b)" if linear_operands(&["?x", "?w", "?b"])),
+        rewrite!("linear-gelu-to-fused";  "(gelu (linear ?x ?w ?b) ?s1 ?s2 ?s3)" => "(fused-linear-gelu ?x ?w ?b ?s1 ?s2 ?s3)" if linear_operands(&["?x", "?w", "?b"])),
+        rewrite!("linear-gelu-tanh-to-fused"; "(gelu-tanh (linear ?x ?w ?b) ?s1 ?s2 ?s3 ?s4 ?s5)" => "(fused-linear-gelu-tanh ?x ?w ?b ?s1 ?s2 ?s3 ?s4 ?s5)" if linear_operands(&["?x", "?w", "?b"])),
+        rewrite!("linear-silu-to-fused";  "(silu (linear ?x ?w ?b) ?s1 ?s2 ?s3)" => "(fused-linear-silu ?x ?w ?b ?s1 ?s2 ?s3)" if linear_operands(&["?x", "?w", "?b"])),
+        rewrite!("linear-leaky-relu-to-fused"; "(leaky-relu (linear ?x ?w ?b) ?z ?slope)" => "(fused-linear-leaky-relu ?x ?w ?b ?z ?slope)" if linear_operands(&["?x", "?w", "?b"])),
+        rewrite!("linear-clamp-to-fused"; "(clamp (linear ?x ?w ?b) ?lo ?hi)"    => "(fused-linear-clamp ?x ?w ?b ?lo ?hi)" if linear_operands(&["?x", "?w", "?b"])),
         rewrite!("matmul-to-fused";       "(matmul ?x ?w)"                       => "(fused-matmul ?x ?w)" if same_kernel_float(&["?x", "?w"])),
         rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output("?g", &["?x", "?w", "?g"])),
     ]
@@ -147,6 +171,35 @@ fn gates_output(g: &str, vars: &[&str]) -> impl Fn(&mut TensorGraph, Id, &Subst)
     }
 }
 
+/// `?b` is a bias (not `no-bias`) and `vars` share a kernel float type.
+fn has_bias(b: &str, vars: &[&str]) -> Condition {
+    let b = var(b);
+    let same_float = same_kernel_float(vars);
+    Box::new(move |egraph, id, subst| {
+        !is_no_bias(egraph, subst[b]) && same_float(egraph, id, subst)
+    })
+}
+
+/// `[x, w, b]` of a Linear share a kernel float type; the bias may be `no-bias`.
+fn linear_operands(vars: &[&str; 3]) -> Condition {
+    let b = var(vars[2]);
+    let with_bias = same_kernel_float(vars);
+    let without = same_kernel_float(&vars[..2]);
+    Box::new(
+        move |egraph, id, subst| match is_no_bias(egraph, subst[b]) {
+            true => without(egraph, id, subst),
+            false => with_bias(egraph, id, subst),
+        },
+    )
+}
+
+fn is_no_bias(egraph: &TensorGraph, class: Id) -> bool {
+    egraph[class]
+        .nodes
+        .iter()
+        .any(|node| matches!(node, TensorLang::NoBias(_)))
+}
+
 /// All `vars` share one element type that the fused kernel supports.
 fn same_kernel_float(vars: &[&str]) -> Condition {
     let vars: Vec<Var> = vars.iter().map(|v| var(v)).collect();
@@ -210,7 +263,7 @@ mod tests {
         => format!("(fused-linear-relu {X} {W} t4:f32:0x3)"));
     rewrite_test!(max_pair_with_a_tensor_stays,
         &format!("(mask-where (add (matmul {X} {W}) t4:f32:0x3) (lower (add (matmul {X} {W}) t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)")
-        => format!("(mask-where (add (fused-matmul {X} {W}) t4:f32:0x3) (lower (add (fused-matmul {X} {W}) t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)"));
+        => format!("(mask-where (fused-linear {X} {W} t4:f32:0x3) (lower (fused-linear {X} {W} t4:f32:0x3) t5:f32:1x3) t5:f32:1x3)"));
     rewrite_test!(vecmat_swap_fuses,
         &relu_of("(add (swap-dims (matmul (swap-dims t1:f32:2x0x3 dims:0,1) (reshape t2:f32:3x4 shape:0x3x4)) dims:0,1) (reshape t3:f32:4 shape:0x0x4))")
         => "(fused-linear-relu t1:f32:2x0x3 t2:f32:3x4 t3:f32:4)");
@@ -219,7 +272,7 @@ mod tests {
         => "(swap-dims (fused-matmul (swap-dims t1:f32:2x0x3 dims:0,1) t2:f32:2x3x4) dims:0,1)");
     rewrite_test!(relu_on_another_tensor_stays,
         &format!("(mask-fill (add (matmul {X} {W}) t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)")
-        => format!("(mask-fill (add (fused-matmul {X} {W}) t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)"));
+        => format!("(mask-fill (fused-linear {X} {W} t4:f32:0x3) (le t5:f32:1x3 scalar:0) scalar:1)"));
     rewrite_test!(full_tensor_add_stays,
         &relu_of(&format!("(add (matmul {X} {W}) t4:f32:1x3)"))
         => format!("(relu (add (fused-matmul {X} {W}) t4:f32:1x3))"));
@@ -238,4 +291,61 @@ mod tests {
     rewrite_test!(mixed_dtypes_stay,
         &relu_of(&format!("(add (matmul {X} {W}) t4:f16:0x3)"))
         => format!("(relu (add (fused-matmul {X} {W}) t4:f16:0x3))"));
+
+    const PRE: &str = "(add (matmul t1:f32:1x2 t2:f32:2x3) (reshape t3:f32:3 shape:0x3))";
+
+    fn gelu_of(x: &str) -> String {
+        format!(
+            "(div-scalar (mul {x} (add-scalar (erf (div-scalar {x} scalar:0)) scalar:1)) scalar:2)"
+        )
+    }
+
+    fn gelu_tanh_of(x: &str) -> String {
+        format!(
+            "(mul-scalar (mul {x} (add-scalar (tanh (mul-scalar (add {x} (mul-scalar (powf-scalar {x} scalar:0) scalar:1)) scalar:2)) scalar:3)) scalar:4)"
+        )
+    }
+
+    fn silu_of(x: &str, elem: &str) -> String {
+        format!(
+            "(mul {x} (cast (exp (mul-scalar (log (add-scalar (exp (mul-scalar (cast {x} elem:f32) scalar:0)) scalar:1)) scalar:2)) elem:{elem}))"
+        )
+    }
+
+    rewrite_test!(gelu_of_linear_fuses,
+        &gelu_of(PRE)
+        => format!("(fused-linear-gelu {X} {W} {B} scalar:0 scalar:1 scalar:2)"));
+    rewrite_test!(gelu_with_its_product_commuted_fuses,
+        &format!("(div-scalar (mul (add-scalar (erf (div-scalar {PRE} scalar:0)) scalar:1) {PRE}) scalar:2)")
+        => format!("(fused-linear-gelu {X} {W} {B} scalar:0 scalar:1 scalar:2)"));
+    rewrite_test!(gelu_of_matmul_fuses_without_bias,
+        &gelu_of(&format!("(matmul {X} {W})"))
+        => format!("(fused-linear-gelu {X} {W} no-bias scalar:0 scalar:1 scalar:2)"));
+    rewrite_test!(gelu_tanh_of_linear_fuses,
+        &gelu_tanh_of(PRE)
+        => format!("(fused-linear-gelu-tanh {X} {W} {B} scalar:0 scalar:1 scalar:2 scalar:3 scalar:4)"));
+    rewrite_test!(silu_of_linear_fuses,
+        &silu_of(PRE, "f32")
+        => format!("(fused-linear-silu {X} {W} {B} scalar:0 scalar:1 scalar:2)"));
+    rewrite_test!(silu_in_bf16_fuses,
+        &silu_of("(add (matmul t1:bf16:1x2 t2:bf16:2x3) t3:bf16:3)", "bf16")
+        => "(fused-linear-silu t1:bf16:1x2 t2:bf16:2x3 t3:bf16:3 scalar:0 scalar:1 scalar:2)");
+    rewrite_test!(leaky_relu_of_linear_fuses,
+        &format!("(mask-where {PRE} (lt {PRE} scalar:0) (mul-scalar {PRE} scalar:1))")
+        => format!("(fused-linear-leaky-relu {X} {W} {B} scalar:0 scalar:1)"));
+    rewrite_test!(leaky_relu_scaling_another_tensor_stays,
+        &format!("(mask-where {PRE} (lt {PRE} scalar:0) (mul-scalar t9:f32:1x3 scalar:1))")
+        => format!("(mask-where (fused-linear {X} {W} {B}) (lt (fused-linear {X} {W} {B}) scalar:0) (mul-scalar t9:f32:1x3 scalar:1))"));
+    rewrite_test!(clamp_of_linear_fuses,
+        &format!("(clamp {PRE} scalar:0 scalar:1)")
+        => format!("(fused-linear-clamp {X} {W} {B} scalar:0 scalar:1)"));
+    rewrite_test!(relu_of_matmul_fuses_without_bias,
+        &relu_of(&format!("(matmul {X} {W})"))
+        => format!("(fused-linear-relu {X} {W} no-bias)"));
+    rewrite_test!(linear_without_activation_fuses,
+        PRE
+        => format!("(fused-linear {X} {W} {B})"));
+    rewrite_test!(erf_of_another_tensor_stays,
+        &format!("(div-scalar (mul {PRE} (add-scalar (erf (div-scalar t9:f32:1x3 scalar:0)) scalar:1)) scalar:2)")
+        => format!("(div-scalar (mul (fused-linear {X} {W} {B}) (add-scalar (erf (div-scalar t9:f32:1x3 scalar:0)) scalar:1)) scalar:2)"));
 }

@@ -80,11 +80,13 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
     }
 
     fn analyze(&mut self) {
+        let engine = self.matrix_units || execution_policy() != ExecutionPolicy::Auto;
         let options = PlanOptions {
-            plain_matmuls: (self.matrix_units || execution_policy() != ExecutionPolicy::Auto)
-                && !disabled("matmul"),
+            plain_matmuls: engine && !disabled("matmul"),
+            linears: engine && !disabled("linear"),
             relu_grads: !disabled("matmul-relu-grad"),
             linear_relus: !disabled("linear-relu"),
+            activations: !disabled("linear-activations"),
         };
         if let Claim::Fused(plan) = plan_cached(&self.canonical, options, &self.device_key)
             && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
@@ -129,7 +131,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         self.canonical.push(index, op);
         let kind = op.kind;
         let ends_activation = matches!(kind, OpKind::MaskFill | OpKind::MaskWhere);
-        if ends_activation || kind == OpKind::Matmul {
+        if kind.may_end_pattern() {
             self.analyze();
         }
         // A mask that completes no match means the leading matmul's pattern is not one
@@ -223,7 +225,7 @@ fn plan_cached(canonical: &Canonical, options: PlanOptions, device: &str) -> Cla
             );
             stats::record(device, |s| {
                 for step in plan.fused() {
-                    stats::pattern(s, step.epilogue.pattern()).matched += 1;
+                    stats::pattern(s, step.pattern()).matched += 1;
                 }
             });
         }

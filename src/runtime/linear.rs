@@ -77,7 +77,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
     ) {
-        if let Err(reason) = check_zero_scalars(&self.plan, context) {
+        if let Err(reason) = check_guards(&self.plan, context) {
             for step in self.plan.fused() {
                 record_fallback(&self.device_key, step, &reason);
             }
@@ -119,7 +119,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     }
                     check.verified |= ran.verified;
                     stats::record(&self.device_key, |s| {
-                        let counters = stats::pattern(s, fused.epilogue.pattern());
+                        let counters = stats::pattern(s, fused.pattern());
                         counters.verified += ran.verified as u64;
                         match ran.kind {
                             Execution::Tiled => counters.executed += 1,
@@ -143,10 +143,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
 fn record_fallback(device_key: &str, step: &FusedLinear, reason: &FallbackReason) {
     log::debug!(
         "hypatia: {} fell back to Burn's ops: {reason}",
-        step.epilogue.pattern()
+        step.pattern()
     );
     stats::record(device_key, |s| {
-        let pattern = stats::pattern(s, step.epilogue.pattern());
+        let pattern = stats::pattern(s, step.pattern());
         *pattern
             .fallbacks
             .entry(reason.key().to_string())
@@ -159,27 +159,46 @@ fn record_fallback(device_key: &str, step: &FusedLinear, reason: &FallbackReason
 fn report_broken(device_key: &str, step: &FusedLinear, reason: &FallbackReason) {
     log::warn!(
         "hypatia: {} runs Burn's ops from now on: {reason}",
-        step.epilogue.pattern()
+        step.pattern()
     );
     if matches!(reason, FallbackReason::Mismatch(_)) && verify_mode() == VerifyMode::Strict {
         defer_error(device_key, reason.to_string());
     }
 }
 
-/// Relu's threshold and fill value are scalar ids in the plan; they must be zero now.
-fn check_zero_scalars<H>(plan: &Plan, context: &Context<H>) -> Result<(), FallbackReason> {
-    for &id in &plan.zero_scalars {
-        let value = match context.scalars.get(&ScalarId { value: id }) {
-            Some(ScalarIr::Float(v)) => *v,
-            Some(ScalarIr::Int(v)) => *v as f64,
-            Some(ScalarIr::UInt(v)) => *v as f64,
-            Some(ScalarIr::Bool(_)) | None => f64::NAN,
-        };
-        if value != 0.0 {
-            return Err(FallbackReason::NonZeroScalar { id, value });
+/// The value of relative scalar `id` in this execution's context (NaN when absent).
+fn scalar_value<H>(context: &Context<H>, id: u64) -> f64 {
+    match context.scalars.get(&ScalarId { value: id }) {
+        Some(ScalarIr::Float(v)) => *v,
+        Some(ScalarIr::Int(v)) => *v as f64,
+        Some(ScalarIr::UInt(v)) => *v as f64,
+        Some(ScalarIr::Bool(_)) | None => f64::NAN,
+    }
+}
+
+/// The plan's scalars are ids; the values the fused activations assume must hold now.
+fn check_guards<H>(plan: &Plan, context: &Context<H>) -> Result<(), FallbackReason> {
+    for guard in &plan.guards {
+        let value = scalar_value(context, guard.id);
+        if !guard.holds(value) {
+            return Err(FallbackReason::ScalarMismatch {
+                id: guard.id,
+                value,
+                expected: guard.value,
+            });
         }
     }
     Ok(())
+}
+
+/// The epilogue's run-time parameters of `step` in this execution (LeakyReLU's slope, clamp's
+/// bounds), as the kernels read them.
+fn step_params<H>(step: &FusedLinear, context: &Context<H>) -> [f32; 2] {
+    let mut params = [0.0f32; 2];
+    for (param, &id) in params.iter_mut().zip(&step.params) {
+        *param = scalar_value(context, id) as f32;
+    }
+    params
 }
 
 fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> TensorIr {
@@ -345,6 +364,7 @@ fn launch<R: CubeRuntime>(
         epilogue: step.epilogue,
         bias: bias.as_ref(),
         gate: gate.as_ref(),
+        params: step_params(step, context),
     };
     let write_pre = step.pre.is_some();
     let produced = match kind {
@@ -421,7 +441,7 @@ fn compare<R: CubeRuntime>(
         let tolerance = verify::tolerance(burn.dtype, tf32);
         if !difference.within(tolerance) {
             return Err(FallbackReason::Mismatch(Box::new(Mismatch {
-                pattern: step.epilogue.pattern(),
+                pattern: step.pattern(),
                 tensor,
                 x: x.shape.to_vec(),
                 w: w.shape.to_vec(),

@@ -1,3 +1,4 @@
+mod activations;
 mod book;
 mod capture;
 mod check;

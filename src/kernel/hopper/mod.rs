@@ -459,10 +459,17 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     let flags = args.bias.is_some() as u64
         | (args.pre.is_some() as u64) << 1
         | (args.epilogue.relu() as u64) << 2
-        | (args.epilogue.gated() as u64) << 3;
-    // `Params { m, n, k, flags }` as four u32, passed by value (no dynamic metadata).
-    let data = vec![m as u64 | (n as u64) << 32, k as u64 | flags << 32];
-    kernel_args.info = MetadataBindingInfo::new(data, 2);
+        | (args.epilogue.gated() as u64) << 3
+        | (args.epilogue.activation().code() as u64) << 4;
+    // `Params { m, n, k, flags, alpha, beta }` as six 32-bit words, passed by value (no
+    // dynamic metadata).
+    let [alpha, beta] = args.params.map(|p| p.to_bits() as u64);
+    let data = vec![
+        m as u64 | (n as u64) << 32,
+        k as u64 | flags << 32,
+        alpha | beta << 32,
+    ];
+    kernel_args.info = MetadataBindingInfo::new(data, 3);
 
     let task: Box<dyn CubeTask<CudaCompiler>> = Box::new(WgmmaTask { config });
     let kernel = (Box::new(task) as Box<dyn Any>)

@@ -35,8 +35,38 @@ struct Params {
     u32 m;
     u32 n;
     u32 k;
-    u32 flags; // bit 0: bias, bit 1: write pre, bit 2: relu, bit 3: gate (relu backward)
+    u32 flags; // bit 0: bias, bit 1: write pre, bit 2: relu, bit 3: gate (relu backward),
+               // bits 4-7: the activation's code (Activation::code)
+    float alpha; // run-time parameters: LeakyReLU's slope, clamp's min
+    float beta;  // clamp's max
 };
+
+// The activations of `Activation` (epilogue.rs), computed as Burn's ops compute them.
+#define ACT_RELU 1u
+#define ACT_GELU 2u
+#define ACT_GELU_TANH 3u
+#define ACT_SILU 4u
+#define ACT_LEAKY_RELU 5u
+#define ACT_CLAMP 6u
+
+__device__ __forceinline__ float activate(float v, u32 act, float alpha, float beta) {
+    switch (act) {
+    case ACT_RELU:
+        return v <= 0.0f ? 0.0f : v; // keeps NaN, like Burn's relu (never fmaxf)
+    case ACT_GELU:
+        return v * (erff(v / 1.41421356f) + 1.0f) / 2.0f;
+    case ACT_GELU_TANH:
+        return v * (tanhf((v + powf(v, 3.0f) * 0.044715f) * 0.79788456f) + 1.0f) * 0.5f;
+    case ACT_SILU:
+        return v * expf(-logf(expf(-v) + 1.0f));
+    case ACT_LEAKY_RELU:
+        return v < 0.0f ? v * alpha : v;
+    case ACT_CLAMP:
+        return fmaxf(alpha, fminf(beta, v)); // CubeCL's clamp on CUDA, NaN included
+    default:
+        return v;
+    }
+}
 
 __device__ __forceinline__ u32 smem_addr(const void* ptr) {
     u32 addr;
@@ -193,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
         const u32 lane = t128 % 32;
         const bool has_bias = (p.flags & 1u) != 0;
         const bool write_pre = (p.flags & 2u) != 0;
-        const bool relu = (p.flags & 4u) != 0;
+        const u32 act = (p.flags >> 4) & 15u;
         const bool gated = (p.flags & 8u) != 0;
         float d[BN / 2];
         u32 it = 0;
@@ -268,11 +298,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                     if (write_pre && inside) {
                         *reinterpret_cast<ELEM2*>(pre + idx) = PACK2(v0, v1);
                     }
-                    if (relu) {
-                        // Keeps NaN, like Burn's relu (never fmaxf).
-                        v0 = v0 <= 0.0f ? 0.0f : v0;
-                        v1 = v1 <= 0.0f ? 0.0f : v1;
-                    }
+                    v0 = activate(v0, act, p.alpha, p.beta);
+                    v1 = activate(v1, act, p.alpha, p.beta);
                     if (gated && inside) {
                         // Relu's backward: zero where the forward's pre-activation is <= 0
                         // (a NaN gate keeps the value, like Burn's mask_fill).
