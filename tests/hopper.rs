@@ -54,7 +54,7 @@ const fn case(m: usize, k: usize, n: usize) -> Case {
     }
 }
 
-const CASES: [Case; 14] = [
+const CASES: [Case; 20] = [
     Case {
         x_pad: 24,
         lead: 2,
