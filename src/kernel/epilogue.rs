@@ -136,6 +136,11 @@ impl Activation {
     }
 }
 
+/// [`SQRT_2`] as the kernels divide by it (Burn's scalar, converted to f32).
+const GELU_DIVISOR: f32 = std::f32::consts::SQRT_2;
+/// [`SQRT_2_OVER_PI`] as the kernels multiply by it.
+const GELU_TANH_SCALE: f32 = SQRT_2_OVER_PI as f32;
+
 /// Burn's relu on an f32 accumulator: NaN compares false, so it passes through.
 #[cube]
 pub fn relu_keep_nan(value: f32) -> f32 {
@@ -151,12 +156,12 @@ pub fn activate(value: f32, alpha: f32, beta: f32, #[comptime] activation: Activ
         out = relu_keep_nan(value);
     }
     if comptime![activation == Activation::Gelu] {
-        let inner = Erf::erf(value / 1.414_213_5f32) + 1.0f32;
+        let inner = Erf::erf(value / GELU_DIVISOR) + 1.0f32;
         out = value * inner / 2.0f32;
     }
     if comptime![activation == Activation::GeluTanh] {
         let cube = f32::powf(value, 3.0f32) * 0.044715f32;
-        let inner = f32::tanh((value + cube) * 0.797_884_6f32) + 1.0f32;
+        let inner = f32::tanh((value + cube) * GELU_TANH_SCALE) + 1.0f32;
         out = value * inner * 0.5f32;
     }
     if comptime![activation == Activation::Silu] {
