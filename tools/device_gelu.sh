@@ -1,19 +1,21 @@
 #!/bin/bash
 # One device call for issue 5's GELU target: bench_linear for bf16 with the GELU epilogues
 # (exact and tanh) and ReLU on SHAPES, PyTorch's cuBLASLt GELU_BIAS and eager GELU beside it,
-# then the Hopper kernel tests (every epilogue against float64). Run from the repo root on the
-# device machine, with the binaries packed in .device/ by tools/pack_device.sh.
+# then the Hopper kernel tests (every epilogue against float64; TEST_LIMIT seconds). Run from
+# the repo root on the device machine, with the binaries packed in .device/ by
+# tools/pack_device.sh. Writes at most 8 files to $OUT (the device tool's limit).
 set -u
 SHAPES=${SHAPES:-2048x2048x2048,8192x4096x4096}
 cd .device && tar xzf bins.tgz && tar xzf tests.tgz
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 python3 ../tools/torch_epilogues.py --dtypes bf16 --shapes $SHAPES > $OUT/torch_gelu.txt 2>&1
-grep -v "^json" $OUT/torch_gelu.txt
 for act in gelu gelu-tanh relu; do
+  echo "== $act" >> $OUT/bench.txt
   ./bench_linear --dtypes bf16 --shapes $SHAPES --activation $act --json $OUT/bench_$act.json \
-    > $OUT/bench_$act.txt 2> $OUT/bench_$act.err
-  echo "== $act"; cat $OUT/bench_$act.txt
+    >> $OUT/bench.txt 2>> $OUT/bench.err
 done
-./hopper --test-threads=1 > $OUT/tests_hopper.txt 2>&1
+timeout ${TEST_LIMIT:-240} ./hopper --test-threads=1 > $OUT/tests_hopper.txt 2>&1
 echo "hopper: $(grep -E '^test result' $OUT/tests_hopper.txt)"
-grep -E -A12 "FAILED|panicked" $OUT/tests_hopper.txt | head -40
+grep -E -A12 "FAILED|panicked" $OUT/tests_hopper.txt | head -30
+grep -v "^json" $OUT/torch_gelu.txt
+cat $OUT/bench.txt
