@@ -75,11 +75,6 @@ impl Epilogue {
         }
     }
 
-    /// Whether the forward relu is applied.
-    pub fn relu(&self) -> bool {
-        matches!(self, Epilogue::Relu)
-    }
-
     /// Whether a gate tensor zeroes the output where it is `<= 0`.
     pub fn gated(&self) -> bool {
         matches!(self, Epilogue::ReluGrad)

@@ -464,7 +464,6 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     ];
     let flags = args.bias.is_some() as u64
         | (args.pre.is_some() as u64) << 1
-        | (args.epilogue.relu() as u64) << 2
         | (args.epilogue.gated() as u64) << 3;
     // `Params { m, n, k, flags, alpha, beta }` as six 32-bit words, passed by value (no
     // dynamic metadata).

@@ -35,7 +35,7 @@ struct Params {
     u32 m;
     u32 n;
     u32 k;
-    u32 flags; // bit 0: bias, bit 1: write pre, bit 2: relu, bit 3: gate (relu backward)
+    u32 flags; // bit 0: bias, bit 1: write pre, bit 3: gate (relu backward); ACT is compiled in
     float alpha; // run-time parameters: LeakyReLU's slope, clamp's min
     float beta;  // clamp's max
 };
