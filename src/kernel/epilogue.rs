@@ -35,18 +35,6 @@ pub enum Epilogue {
 }
 
 impl Epilogue {
-    /// Every epilogue, for tests and tables.
-    pub const ALL: [Epilogue; 8] = [
-        Epilogue::Relu,
-        Epilogue::Identity,
-        Epilogue::ReluGrad,
-        Epilogue::Gelu,
-        Epilogue::GeluTanh,
-        Epilogue::Silu,
-        Epilogue::LeakyRelu,
-        Epilogue::Clamp,
-    ];
-
     /// The pattern name used in stats and logs (a Linear without activation is `linear`, see
     /// [`FusedLinear::pattern`](crate::plan::FusedLinear::pattern)).
     pub fn pattern(&self) -> &'static str {

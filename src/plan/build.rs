@@ -3,7 +3,7 @@
 use super::{FusedLinear, Plan, ScalarGuard, Step, TensorRef};
 use crate::capture::{Lowered, OpKind, Window, lower};
 use crate::kernel::Epilogue;
-use crate::rewrite::{CostModel, Limits, Saturated, TensorLang, saturate};
+use crate::rewrite::{CostModel, Limits, Saturated, TensorLang, is_no_bias, saturate};
 use burn_ir::{TensorId, TensorStatus};
 use egg::{Extractor, Id};
 use serde::{Deserialize, Serialize};
@@ -186,11 +186,10 @@ pub fn find_candidates(
                 Epilogue::ReluGrad => (None, third),
                 _ => (third.filter(|&b| !is_no_bias(egraph, b)), None),
             };
-            // The bias-less Linear the node computes, for its pre-activation.
-            let linear = TensorLang::Linear([x, w, third.unwrap_or(x)]);
-            let linear = (epilogue != Epilogue::ReluGrad && third.is_some())
-                .then(|| egraph.lookup(linear.clone()))
-                .flatten();
+            // The class of the Linear the node applies its activation to (its pre-activation).
+            let linear = third
+                .filter(|_| epilogue != Epilogue::ReluGrad)
+                .and_then(|b| egraph.lookup(TensorLang::Linear([x, w, b])));
             let scalars: Option<Vec<u64>> = children
                 .get(3..)
                 .unwrap_or_default()
@@ -255,13 +254,6 @@ pub fn find_candidates(
     let mut ordered: Vec<_> = order.into_iter().zip(candidates).collect();
     ordered.sort_by_key(|(key, _)| *key);
     ordered.into_iter().map(|(_, c)| c).collect()
-}
-
-fn is_no_bias(egraph: &crate::rewrite::TensorGraph, class: Id) -> bool {
-    egraph[class]
-        .nodes
-        .iter()
-        .any(|node| matches!(node, TensorLang::NoBias(_)))
 }
 
 fn scalar_id(egraph: &crate::rewrite::TensorGraph, class: Id) -> Option<u64> {

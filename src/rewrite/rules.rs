@@ -193,7 +193,8 @@ fn linear_operands(vars: &[&str; 3]) -> Condition {
     )
 }
 
-fn is_no_bias(egraph: &TensorGraph, class: Id) -> bool {
+/// Whether e-class `class` is `no-bias`: the bias slot of a bias-less Linear.
+pub fn is_no_bias(egraph: &TensorGraph, class: Id) -> bool {
     egraph[class]
         .nodes
         .iter()
