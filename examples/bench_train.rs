@@ -11,11 +11,8 @@
 //! ```
 
 use burn::backend::Autodiff;
-use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::Element;
-use burn::tensor::activation::relu;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
 use std::time::Instant;
@@ -23,7 +20,7 @@ use std::time::Instant;
 #[path = "common/bench.rs"]
 mod bench;
 use bench::runtime::*;
-use bench::{PerDtype, median, rows_for, write_json};
+use bench::{Mlp, PerDtype, median, rows_for, write_json};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -45,32 +42,6 @@ struct Args {
     /// Leave out the table header (used for the per-dtype child processes).
     #[arg(long)]
     no_header: bool,
-}
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    layers: Vec<Linear<B>>,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(d_in: usize, hidden: usize, d_out: usize, device: &B::Device) -> Self {
-        let widths = [d_in, hidden, hidden, d_out];
-        let layers = widths
-            .windows(2)
-            .map(|w| LinearConfig::new(w[0], w[1]).init(device))
-            .collect();
-        Self { layers }
-    }
-
-    fn forward(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
-        for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(x);
-            if i + 1 < self.layers.len() {
-                x = relu(x);
-            }
-        }
-        x
-    }
 }
 
 fn bytes_in_use(device: &<Runtime as cubecl::Runtime>::Device) -> u64 {
@@ -95,7 +66,7 @@ where
 {
     let [batch, d_in, hidden, d_out] = spec;
     let device = B::Device::default();
-    let model = Mlp::<B>::new(d_in, hidden, d_out, &device);
+    let model = Mlp::<B>::new(&[d_in, hidden, hidden, d_out], &device);
     let normal = burn::tensor::Distribution::Normal(0.0, 1.0);
     let x = Tensor::<B, 2>::random([batch, d_in], normal, &device);
     let dtype = B::FloatElem::dtype();

@@ -98,3 +98,33 @@ pub fn rows_for<Row: serde::de::DeserializeOwned>(
     }
     rows
 }
+
+/// Linear layers of the given widths with ReLU between them (none after the last).
+#[derive(burn::module::Module, Debug)]
+pub struct Mlp<B: burn::prelude::Backend> {
+    layers: Vec<burn::nn::Linear<B>>,
+}
+
+impl<B: burn::prelude::Backend> Mlp<B> {
+    /// `widths`: d_in, the hidden widths, d_out.
+    #[allow(dead_code)] // not every benchmark builds an MLP
+    pub fn new(widths: &[usize], device: &B::Device) -> Self {
+        let layers = widths
+            .windows(2)
+            .map(|w| burn::nn::LinearConfig::new(w[0], w[1]).init(device))
+            .collect();
+        Self { layers }
+    }
+
+    /// The output of the last layer.
+    #[allow(dead_code)]
+    pub fn forward(&self, mut x: burn::prelude::Tensor<B, 2>) -> burn::prelude::Tensor<B, 2> {
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = layer.forward(x);
+            if i + 1 < self.layers.len() {
+                x = burn::tensor::activation::relu(x);
+            }
+        }
+        x
+    }
+}

@@ -17,6 +17,14 @@ use std::time::{Duration, Instant};
 
 /// Ops a window may hold before the fuser closes: bounds the e-graph and the wait for a match.
 pub const MAX_WINDOW: usize = 64;
+/// Window length past which the fuser closes at the next matmul, so that a long window ends
+/// where a pattern begins rather than being cut inside one at [`MAX_WINDOW`]. A claim cut
+/// inside a pattern (a Linear claimed, its activation left out) leaves the next window
+/// starting mid-pattern, and in a stream of repeated layers every later window is then out of
+/// phase with the stored ones: burn-fusion stops replaying its plans lazily and explores the
+/// whole queue again at each sync (measured on lavapipe: `exploration completed: sync, 65/942
+/// ops optimized`, then 65/877, ...).
+const SOFT_WINDOW: usize = 48;
 /// Ops a window may grow past its claim (or, before any claim, past its first matmul) before
 /// the fuser closes. An open fuser keeps burn-fusion's block open, and a block that closes with
 /// no ready fuser runs every op un-fused, so Hypatia must not hold ops it will not claim.
@@ -83,11 +91,10 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         let forced = execution_policy() != ExecutionPolicy::Auto;
         let options = PlanOptions {
             plain_matmuls: (self.matrix_units || forced) && !disabled("matmul"),
-            // Only when an execution is forced: on the H100 (2026-11-23) claiming a Linear
-            // alone made Linear + ReLU through the stream 8x slower at 2048³ (0.31 ms against
-            // 0.038 ms without), although the ReLU's claim replaces it. Until the cause is
-            // found, a Linear alone is Burn's.
-            linears: forced && !disabled("linear"),
+            // Where the engine runs (it autotunes over Burn's matmul too, so the kernel is
+            // never slower). Claiming the last Linear of an MLP lets a claim cover the whole
+            // forward, which burn-fusion then replays at each sync instead of exploring again.
+            linears: (self.matrix_units || forced) && !disabled("linear"),
             relu_grads: !disabled("matmul-relu-grad"),
             linear_relus: !disabled("linear-relu"),
             activations: !disabled("linear-activations"),
@@ -141,7 +148,9 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         // A mask that completes no match means the leading matmul's pattern is not one
         // Hypatia runs (or is switched off): stop holding the block.
         let unmatched_mask = ends_activation && self.claim.is_none();
+        let long_at_boundary = kind == OpKind::Matmul && self.window.len() > SOFT_WINDOW;
         if !kind.is_pattern_kind()
+            || long_at_boundary
             || self.window.len() >= MAX_WINDOW
             || unmatched_mask
             || !self.may_grow()

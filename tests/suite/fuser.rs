@@ -90,3 +90,43 @@ fn closes_when_no_claim_comes_within_the_pending_ops() {
     assert!((2..=20).contains(&closed), "closed after op {closed}");
     assert!(!fuser.properties().ready);
 }
+
+#[test]
+fn a_long_window_closes_where_a_layer_begins() {
+    // Twelve Linear + ReLU layers (five ops each): longer than the fuser holds. It must close
+    // on a layer's first op with a claim of whole layers; a claim cut inside a layer would
+    // leave the next window out of phase with the stored ones (see `SOFT_WINDOW`).
+    let mut ir = IrBuilder::new();
+    let mut x = ir.input(&[17, 33]);
+    for _ in 0..12 {
+        let (w, b) = (ir.param(&[33, 33]), ir.param(&[33]));
+        let pre = ir.linear(x, w, Some(b));
+        x = ir.relu(pre);
+    }
+    let ops = ir.ops(&[x]);
+    assert_eq!(ops.len(), 60);
+    let (fuser, statuses) = feed(&ir, &[x]);
+    let closed = statuses
+        .iter()
+        .position(|s| *s == FuserStatus::Closed)
+        .expect("closes before the stream ends");
+    assert!(
+        closed < hypatia::runtime::MAX_WINDOW,
+        "closed after op {closed}"
+    );
+    assert!(
+        matches!(
+            ops[closed],
+            burn_ir::OperationIr::Float(_, burn_ir::FloatOperationIr::Matmul(_))
+        ),
+        "closed on op {closed}: {:?}",
+        ops[closed]
+    );
+    assert!(fuser.properties().ready);
+    assert_eq!(
+        fuser.len(),
+        closed,
+        "claims every op before the closing matmul"
+    );
+    assert_eq!(fuser.len() % 5, 0, "claims whole layers");
+}
