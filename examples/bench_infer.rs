@@ -80,10 +80,9 @@ fn forward<B: Backend>(widths: &[usize], batch: usize) -> Timed {
 }
 
 /// The median and 90th percentile of `v`.
-fn summary(v: &[f64]) -> (f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (median(v.to_vec()), s[(s.len() * 9 / 10).min(s.len() - 1)])
+fn summary(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[v.len() / 2], v[(v.len() * 9 / 10).min(v.len() - 1)])
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -168,7 +167,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .collect::<Vec<_>>();
         let stats = times.map(|t| {
             let (ms, host): (Vec<f64>, Vec<f64>) = t.into_iter().unzip();
-            let (median_ms, p90) = summary(&ms);
+            let (median_ms, p90) = summary(ms);
             (median_ms, p90, median(host))
         });
         let ms = stats.map(|s| s.0);

@@ -2,11 +2,10 @@
 # One device call for issue 5's small-batch target: bench_infer (Hypatia, Burn, CubeBackend)
 # and PyTorch eager on the same MLP, batches and protocol; then bench_linear at 2048³ (the
 # shape where claiming a Linear alone once made Linear + activation slower). Binaries in
-# .device/infer/infer.tgz. Runs in /tmp/infer, so CubeCL's autotune cache (target/autotune
-# there) survives between calls while the machine stays warm; `save`d to $OUT too.
+# .device/infer/infer.tgz, unpacked into /tmp/infer. Autotune starts cold each call (about
+# 3-5 minutes of it for the small shapes of one dtype).
 set -u
 mkdir -p /tmp/infer && tar xzf .device/infer/infer.tgz -C /tmp/infer && cp tools/cubecl.toml /tmp/infer/
-[ -f .device/infer/autotune.tgz ] && mkdir -p /tmp/infer/target && tar xzf .device/infer/autotune.tgz -C /tmp/infer/target
 cd /tmp/infer
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 D=${DTYPES:-f32,bf16}
@@ -15,4 +14,3 @@ D=${DTYPES:-f32,bf16}
 for act in ${LINEAR_ACTS:-}; do
   ./bench_linear --dtypes bf16 --shapes 2048x2048x2048 --runs 10 --activation $act 2>&1 | tee -a $OUT/linear.txt
 done
-tar czf $OUT/autotune.tgz -C target autotune
