@@ -18,6 +18,9 @@ pub struct PatternStats {
     /// Split executions: the inner backend's matmul, then Hypatia's bias + activation kernel
     /// (problems where the inner matmul is faster; see [`crate::kernel::choose_execution`]).
     pub split: u64,
+    /// Steps run as one layer of an MLP-chain launch (see [`crate::kernel::chain`]); the
+    /// `mlp-chain` entry counts the launches in `executed`.
+    pub chained: u64,
     /// Steps whose result [verify mode](crate::fallback::verify) compared with Burn's ops and
     /// found equal (the first execution of each step while verification is on).
     pub verified: u64,
@@ -69,11 +72,11 @@ pub struct FusionStats {
 
 impl FusionStats {
     /// Steps of `pattern` Hypatia has run so far, on any of its paths: the tiled kernel, the
-    /// tensor-core engine or a split (see [`PatternStats`] for each).
+    /// tensor-core engine, a split or an MLP chain (see [`PatternStats`] for each).
     pub fn executed(&self, pattern: &str) -> u64 {
         self.patterns
             .get(pattern)
-            .map_or(0, |p| p.executed + p.tensor_core + p.split)
+            .map_or(0, |p| p.executed + p.tensor_core + p.split + p.chained)
     }
 }
 

@@ -43,6 +43,10 @@ pub enum KernelError {
         /// The output's shape.
         out: Vec<usize>,
     },
+    /// A chain the MLP-chain kernel does not take (too many rows, layers too wide, an
+    /// activation it has no epilogue for); its layers run one launch each.
+    #[error("outside the MLP-chain kernel's bounds: {0}")]
+    OutsideChainBounds(String),
     /// The output would be empty; Burn's own path handles zero-sized tensors.
     #[error("empty problem: m={m}, n={n}, batch={batch}")]
     Empty {
@@ -64,6 +68,7 @@ impl KernelError {
             KernelError::GridTooLarge { .. } => "grid-too-large",
             KernelError::UnsupportedGate { .. } => "unsupported-gate",
             KernelError::Empty { .. } => "empty",
+            KernelError::OutsideChainBounds(_) => "outside-chain-bounds",
         }
     }
 }

@@ -6,12 +6,15 @@
 //! Pitfall: the activation must keep NaN (`x <= 0 ? 0 : x`, never `max(x, 0)`), like Burn's relu.
 
 #[allow(missing_docs)] // #[cube] generates an undocumented expand module.
+pub mod chain;
+#[allow(missing_docs)]
 mod epilogue;
 mod error;
 #[cfg(feature = "cuda")]
 pub mod hopper;
 mod launch;
 mod policy;
+mod profile;
 pub mod tensor_core;
 #[allow(missing_docs)]
 mod tiled;
@@ -20,3 +23,4 @@ pub use epilogue::*;
 pub use error::*;
 pub use launch::*;
 pub use policy::*;
+pub use profile::*;

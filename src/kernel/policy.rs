@@ -7,7 +7,8 @@
 //! kernel, Burn's own matmul, cubek-matmul tilings and (on Hopper) Hypatia's `wgmma` kernel, so
 //! the choice is measured, never assumed.
 
-use super::{Epilogue, LinearProblem};
+use super::chain::ChainProblem;
+use super::{Epilogue, LinearProblem, Profile};
 use burn_backend::DType;
 use cubecl::prelude::*;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -109,6 +110,57 @@ pub fn choose_execution<R: Runtime>(
             } else {
                 Execution::Tiled
             }
+        }
+    }
+}
+
+/// Whether a run of fused layers becomes one MLP-chain launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainPolicy {
+    /// Where the kernel takes the sizes and the device's [`Profile`] predicts it faster than
+    /// one launch per layer (the default), and no per-layer execution is forced.
+    Auto,
+    /// Wherever the kernel takes the sizes (tests, benchmarks).
+    Always,
+    /// Never: every layer runs its own launch.
+    Never,
+}
+
+static CHAIN_POLICY: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Sets the chain policy for the whole process. Without a call,
+/// `HYPATIA_CHAIN=auto|always|never` decides, and `Auto` if unset.
+pub fn set_chain_policy(policy: ChainPolicy) {
+    CHAIN_POLICY.store(policy as u8, Ordering::Relaxed);
+}
+
+/// The chain policy in force.
+pub fn chain_policy() -> ChainPolicy {
+    match CHAIN_POLICY.load(Ordering::Relaxed) {
+        0 => ChainPolicy::Auto,
+        1 => ChainPolicy::Always,
+        2 => ChainPolicy::Never,
+        _ => {
+            let policy = match std::env::var("HYPATIA_CHAIN").as_deref() {
+                Ok("always") => ChainPolicy::Always,
+                Ok("never") => ChainPolicy::Never,
+                _ => ChainPolicy::Auto,
+            };
+            set_chain_policy(policy);
+            policy
+        }
+    }
+}
+
+/// Whether `chain` (accepted by [`check_chain`](super::chain::check_chain)) runs as one launch
+/// on `client`'s device under the current policies.
+pub fn choose_chain<R: Runtime>(chain: &ChainProblem, client: &ComputeClient<R>) -> bool {
+    match chain_policy() {
+        ChainPolicy::Always => true,
+        ChainPolicy::Never => false,
+        ChainPolicy::Auto => {
+            execution_policy() == ExecutionPolicy::Auto
+                && Profile::for_device(has_matrix_units(client, chain.dtype)).prefers_chain(chain)
         }
     }
 }

@@ -78,6 +78,9 @@ pub struct PlanOptions {
     /// matmul, worth it only where Hypatia's engine can beat Burn's matmul, whose own fusion
     /// already takes the bias add.
     pub linears: bool,
+    /// Let consecutive forward layers run as one MLP-chain launch (`mlp-chain`) where the run
+    /// time sizes fit and the cost model predicts it faster.
+    pub chains: bool,
 }
 
 impl Default for PlanOptions {
@@ -88,6 +91,7 @@ impl Default for PlanOptions {
             linear_relus: true,
             activations: true,
             linears: false,
+            chains: true,
         }
     }
 }
@@ -122,6 +126,9 @@ pub(crate) fn plan_window_with<T>(
         | Epilogue::LeakyRelu
         | Epilogue::Clamp => options.activations,
     });
+    if !options.chains {
+        candidates.iter_mut().for_each(|c| c.chained = false);
+    }
     let claim = build_plan(window, &candidates);
     let elapsed = start.elapsed();
     let inspected = inspect(&lowered, &saturated);
@@ -153,6 +160,9 @@ pub struct Candidate {
     pub scalars: Vec<u64>,
     /// What is applied.
     pub epilogue: Epilogue,
+    /// Extraction chose a `chain-*` node: the layer may join the launch of the layer that
+    /// produces `x`.
+    pub chained: bool,
 }
 
 impl Candidate {
@@ -196,7 +206,16 @@ pub fn find_candidates(
                 .iter()
                 .map(|&class| scalar_id(egraph, class))
                 .collect();
-            Some((*root, epilogue, [x, w], [bias, gate], linear, scalars?))
+            let chained = node.is_chained();
+            Some((
+                *root,
+                epilogue,
+                [x, w],
+                [bias, gate],
+                linear,
+                scalars?,
+                chained,
+            ))
         })
         .collect();
     let roots: HashSet<TensorId> = raw.iter().map(|(root, ..)| *root).collect();
@@ -216,21 +235,25 @@ pub fn find_candidates(
     };
     let candidates: Vec<Candidate> = raw
         .into_iter()
-        .filter_map(|(root, epilogue, [x, w], [bias, gate], linear, scalars)| {
-            // An absent operand stays absent; a present one must name a window tensor.
-            let optional =
-                |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
-            Some(Candidate {
-                root,
-                x: tensor_of(x)?,
-                w: tensor_of(w)?,
-                bias: optional(bias)?,
-                gate: optional(gate)?,
-                linear: linear.map_or_else(Vec::new, |class| lowered.find_tensors(egraph, class)),
-                scalars,
-                epilogue,
-            })
-        })
+        .filter_map(
+            |(root, epilogue, [x, w], [bias, gate], linear, scalars, chained)| {
+                // An absent operand stays absent; a present one must name a window tensor.
+                let optional =
+                    |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
+                Some(Candidate {
+                    root,
+                    x: tensor_of(x)?,
+                    w: tensor_of(w)?,
+                    bias: optional(bias)?,
+                    gate: optional(gate)?,
+                    linear: linear
+                        .map_or_else(Vec::new, |class| lowered.find_tensors(egraph, class)),
+                    scalars,
+                    epilogue,
+                    chained,
+                })
+            },
+        )
         .collect();
     // Roots given the same fused node (`relu(relu(..))` after `relu-idempotent`): the latest
     // covers the most ops, so it is tried first, and the earlier ones only if it cannot be
@@ -511,8 +534,18 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                         .map(|(&value, &id)| ScalarGuard { id, value }),
                 ),
             }
+            let x = reference(c.x);
+            // A chained layer runs in its input's launch only right after the step making
+            // that input, as its last reader, with nothing else kept from either.
+            let chained = c.chained
+                && c.gate.is_none()
+                && a.pre.is_none()
+                && x.status == TensorStatus::ReadWrite
+                && matches!(steps.last(), Some(Step::Fused(prev))
+                    if prev.out == c.x && prev.pre.is_none() && crate::kernel::chain::chains(prev.epilogue)
+                        && prev.gate.is_none());
             steps.push(Step::Fused(FusedLinear {
-                x: reference(c.x),
+                x,
                 w: reference(c.w),
                 bias: c.bias.map(reference),
                 gate: c.gate.map(reference),
@@ -527,6 +560,7 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                 ops,
                 matmul_ops: a.matmul_ops.iter().copied().collect(),
                 matmul_out: a.matmul_out,
+                chained,
             }));
         }
         if !covered.contains(&index) {

@@ -44,6 +44,10 @@ pub struct FusedLinear {
     pub matmul_ops: Vec<usize>,
     /// The matmul-side tensor the bias add reads.
     pub matmul_out: TensorId,
+    /// The step may run in one MLP-chain launch with the fused step before it, whose `out` is
+    /// this step's `x` (see [`crate::kernel::chain`]).
+    #[serde(default)]
+    pub chained: bool,
 }
 
 /// One step of a plan.
@@ -132,6 +136,7 @@ impl Plan {
                     ops: ops(&fused.ops),
                     matmul_ops: ops(&fused.matmul_ops),
                     matmul_out: tensor(fused.matmul_out),
+                    chained: fused.chained,
                 }),
             }))
             .collect();
@@ -140,6 +145,27 @@ impl Plan {
             len,
             guards: self.guards.clone(),
         }
+    }
+
+    /// The fused steps that run as one MLP-chain launch where the sizes allow: runs of two or
+    /// more consecutive steps, each after the first [`FusedLinear::chained`], as ranges of
+    /// step indices of at most `max` steps.
+    pub fn chains(&self, max: usize) -> Vec<std::ops::Range<usize>> {
+        let chained = |i: usize| matches!(&self.steps[i], Step::Fused(f) if f.chained);
+        let mut chains = Vec::new();
+        let mut start = 0;
+        while start < self.steps.len() {
+            let mut end = start + 1;
+            let leads = matches!(self.steps[start], Step::Fused(_));
+            while leads && end < self.steps.len() && end - start < max && chained(end) {
+                end += 1;
+            }
+            if end - start >= 2 {
+                chains.push(start..end);
+            }
+            start = end;
+        }
+        chains
     }
 
     /// The fused steps.

@@ -14,6 +14,7 @@ const OPTIONS: PlanOptions = PlanOptions {
     linear_relus: true,
     activations: true,
     linears: false,
+    chains: true,
 };
 
 fn plan(ir: &IrBuilder, outputs: &[T]) -> Claim {

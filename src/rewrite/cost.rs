@@ -18,6 +18,10 @@ pub const MATMUL: f64 = 2.0 * LAUNCH;
 pub const VIEW: f64 = 1.0;
 /// Extra cost of applying an epilogue in registers before the store.
 pub const EPILOGUE: f64 = 1.0;
+/// What a layer saves by joining its input's launch (one launch, and the hidden activation's
+/// round trip through global memory). Whether the chain kernel runs for the real sizes is
+/// decided at run time (see `kernel::choose_chain`); a chain that does not runs layer by layer.
+pub const CHAINED: f64 = LAUNCH / 2.0;
 
 /// The launch-count cost function used by extraction.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,6 +50,9 @@ impl CostModel {
             | TensorLang::FusedLinearSilu(_)
             | TensorLang::FusedLinearLeakyRelu(_)
             | TensorLang::FusedLinearClamp(_) => MATMUL + EPILOGUE,
+            TensorLang::ChainLinearRelu(_) | TensorLang::ChainLinear(_) => {
+                MATMUL + EPILOGUE - CHAINED
+            }
             TensorLang::ElemOf(_) | TensorLang::NoBias(_) => 0.0,
             TensorLang::Add(_)
             | TensorLang::LowerEqualElem(_)
@@ -115,6 +122,17 @@ mod tests {
         );
         let fused = cost("(fused-matmul-relu-grad t1:f32:1x2 t2:f32:2x3 t4:f32:1x3)");
         assert!(fused < parts, "{fused} >= {parts}");
+    }
+
+    #[test]
+    fn a_chained_layer_is_cheaper_than_the_same_layer_alone() {
+        let alone = cost(
+            "(fused-linear-relu (fused-linear-relu t1:f32:1x2 t2:f32:2x3 t3:f32:3) t4:f32:3x4 t5:f32:4)",
+        );
+        let chained = cost(
+            "(chain-linear-relu (fused-linear-relu t1:f32:1x2 t2:f32:2x3 t3:f32:3) t4:f32:3x4 t5:f32:4)",
+        );
+        assert!(chained < alone, "{chained} >= {alone}");
     }
 
     #[test]

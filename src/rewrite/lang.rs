@@ -57,6 +57,10 @@ define_language! {
         "fused-linear-silu" = FusedLinearSilu([Id; 6]),
         "fused-linear-leaky-relu" = FusedLinearLeakyRelu([Id; 5]),
         "fused-linear-clamp" = FusedLinearClamp([Id; 5]),
+        // A fused Linear (+ ReLU) run in the same launch as the fused Linear producing its
+        // input, the hidden activation kept on chip (the MLP-chain kernel): x, w, bias.
+        "chain-linear-relu" = ChainLinearRelu([Id; 3]),
+        "chain-linear" = ChainLinear([Id; 3]),
         Tensor(TensorLeaf),
         Shape(ShapeLeaf),
         Scalar(ScalarLeaf),
@@ -71,8 +75,10 @@ impl TensorLang {
     pub fn fused(&self) -> Option<(crate::kernel::Epilogue, &[Id])> {
         use crate::kernel::Epilogue;
         let epilogue = match self {
-            TensorLang::FusedLinearRelu(_) => Epilogue::Relu,
-            TensorLang::FusedMatmul(_) | TensorLang::FusedLinear(_) => Epilogue::Identity,
+            TensorLang::FusedLinearRelu(_) | TensorLang::ChainLinearRelu(_) => Epilogue::Relu,
+            TensorLang::FusedMatmul(_)
+            | TensorLang::FusedLinear(_)
+            | TensorLang::ChainLinear(_) => Epilogue::Identity,
             TensorLang::FusedMatmulReluGrad(_) => Epilogue::ReluGrad,
             TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
@@ -82,6 +88,27 @@ impl TensorLang {
             _ => return None,
         };
         Some((epilogue, egg::Language::children(self)))
+    }
+
+    /// Whether this is a `chain-*` node: a layer that joins the launch of the fused layer
+    /// producing its input.
+    pub fn is_chained(&self) -> bool {
+        matches!(
+            self,
+            TensorLang::ChainLinearRelu(_) | TensorLang::ChainLinear(_)
+        )
+    }
+
+    /// Whether this node is a fused forward layer whose output a chain layer may take as input
+    /// (a Linear with ReLU or without activation, fused or itself chained).
+    pub fn is_chain_layer(&self) -> bool {
+        matches!(
+            self,
+            TensorLang::FusedLinearRelu(_)
+                | TensorLang::FusedLinear(_)
+                | TensorLang::ChainLinearRelu(_)
+                | TensorLang::ChainLinear(_)
+        )
     }
 }
 

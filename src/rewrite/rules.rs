@@ -51,6 +51,9 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         rewrite!("linear-leaky-relu-to-fused"; "(leaky-relu (linear ?x ?w ?b) ?z ?slope)" => "(fused-linear-leaky-relu ?x ?w ?b ?z ?slope)" if linear_operands(&["?x", "?w", "?b"])),
         rewrite!("linear-clamp-to-fused"; "(clamp (linear ?x ?w ?b) ?lo ?hi)"    => "(fused-linear-clamp ?x ?w ?b ?lo ?hi)" if linear_operands(&["?x", "?w", "?b"])),
         rewrite!("matmul-to-fused";       "(matmul ?x ?w)"                       => "(fused-matmul ?x ?w)" if same_kernel_float(&["?x", "?w"])),
+        rewrite!("chain-linear-relu";     "(fused-linear-relu ?h ?w ?b)"         => "(chain-linear-relu ?h ?w ?b)" if made_by_layer("?h")),
+        rewrite!("chain-linear";          "(fused-linear ?h ?w ?b)"              => "(chain-linear ?h ?w ?b)" if made_by_layer("?h")),
+        rewrite!("chain-linear-no-bias";  "(fused-matmul ?h ?w)"                 => "(chain-linear ?h ?w no-bias)" if made_by_layer("?h")),
         rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output("?g", &["?x", "?w", "?g"])),
     ]
 }
@@ -63,6 +66,18 @@ fn info(egraph: &TensorGraph, subst: &Subst, var: Var) -> Option<TensorInfo> {
 
 fn var(name: &str) -> Var {
     name.parse().expect("rule variables are written ?name")
+}
+
+/// `?h` is the output of a fused forward layer (Linear with ReLU or without activation): a
+/// layer reading it may join that layer's launch.
+fn made_by_layer(h: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let h = var(h);
+    move |egraph, _, subst| {
+        egraph[subst[h]]
+            .nodes
+            .iter()
+            .any(TensorLang::is_chain_layer)
+    }
 }
 
 /// `?x` is a floating-point tensor.

@@ -1,10 +1,12 @@
 //! [`LinearOptimization`]: runs a [`Plan`] — fused kernels, or Burn's ops where they can't run.
 
 use super::HypatiaRuntime;
+use super::chain::{ChainRun, run_chain};
 use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
 use crate::fallback::{
     FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused,
 };
+use crate::kernel::chain::MAX_CHAIN_LAYERS;
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
     EpilogueInputs, Execution, LinearOutputs, Operand, check_gate, check_linear, choose_execution,
@@ -18,6 +20,7 @@ use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_ir::{ScalarIr, TensorIr, TensorStatus};
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Executes a [`Plan`] on a device.
@@ -26,6 +29,8 @@ pub struct LinearOptimization<R: CubeRuntime> {
     device_key: String,
     /// Per step of the plan: what its first executions established.
     checks: Vec<StepCheck>,
+    /// The plan's chained runs (step ranges), and what their first launches established.
+    chains: Vec<(Range<usize>, StepCheck)>,
     _runtime: PhantomData<R>,
 }
 
@@ -43,9 +48,12 @@ struct StepCheck {
 impl<R: CubeRuntime> LinearOptimization<R> {
     /// An optimization running `plan` on `device`.
     pub fn new(plan: impl Into<Arc<Plan>>, device: R::Device) -> Self {
-        let plan = plan.into();
+        let plan: Arc<Plan> = plan.into();
         Self {
             checks: vec![StepCheck::default(); plan.steps.len()],
+            chains: (plan.chains(MAX_CHAIN_LAYERS).into_iter())
+                .map(|range| (range, StepCheck::default()))
+                .collect(),
             plan,
             device_key: stats::device_key(&device),
             _runtime: PhantomData,
@@ -85,7 +93,14 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             return;
         }
         let plan = self.plan.clone();
-        for (step, check) in plan.steps.iter().zip(&mut self.checks) {
+        let mut index = 0;
+        while index < plan.steps.len() {
+            if let Some(end) = self.try_chain(index, context, execution) {
+                index = end;
+                continue;
+            }
+            let (step, check) = (&plan.steps[index], &mut self.checks[index]);
+            index += 1;
             let fused = match step {
                 Step::Run(index) => {
                     run_unfused([*index], context, execution);
@@ -139,6 +154,75 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         }
     }
 }
+
+impl<R: CubeRuntime> LinearOptimization<R> {
+    /// Runs the chained run starting at step `start` as one launch, if there is one and it
+    /// runs; returns the index after it. `None`: run the steps one by one.
+    fn try_chain(
+        &mut self,
+        start: usize,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<HypatiaRuntime<R>>,
+    ) -> Option<usize> {
+        let (range, check) = self.chains.iter_mut().find(|(r, _)| r.start == start)?;
+        if check.broken.is_some() {
+            return None;
+        }
+        let steps: Vec<&FusedLinear> = self.plan.steps[range.clone()]
+            .iter()
+            .filter_map(|step| match step {
+                Step::Fused(fused) => Some(fused),
+                Step::Run(_) => None,
+            })
+            .collect();
+        let first_launch = check.launched == 0;
+        let verify = if check.verified {
+            VerifyMode::Off
+        } else {
+            verify_mode()
+        };
+        let outcome = run_chain(
+            &steps,
+            context,
+            execution,
+            first_launch,
+            verify,
+            &self.device_key,
+        );
+        let verified = match outcome {
+            ChainRun::PerLayer => return None,
+            ChainRun::Ran { verified } => verified,
+            ChainRun::Failed(reason) => {
+                log::warn!("hypatia: mlp-chain runs layer by layer from now on: {reason}");
+                if matches!(reason, FallbackReason::Mismatch(_))
+                    && verify_mode() == VerifyMode::Strict
+                {
+                    defer_error(&self.device_key, reason.to_string());
+                }
+                stats::record(&self.device_key, |s| {
+                    let chain = stats::pattern(s, CHAIN_PATTERN);
+                    *chain.fallbacks.entry(reason.key().to_string()).or_default() += 1;
+                });
+                check.broken = Some(reason);
+                return Some(range.end);
+            }
+        };
+        check.launched |= Execution::Tiled.bit();
+        check.verified |= verified;
+        stats::record(&self.device_key, |s| {
+            let chain = stats::pattern(s, CHAIN_PATTERN);
+            chain.executed += 1;
+            chain.verified += verified as u64;
+            for step in &steps {
+                stats::pattern(s, step.pattern()).chained += 1;
+            }
+        });
+        Some(range.end)
+    }
+}
+
+/// The pattern name of MLP-chain launches in [`FusionStats`](crate::FusionStats).
+pub const CHAIN_PATTERN: &str = "mlp-chain";
 
 fn record_fallback(device_key: &str, step: &FusedLinear, reason: &FallbackReason) {
     log::debug!(
@@ -201,7 +285,7 @@ fn step_params<H>(step: &FusedLinear, context: &Context<H>) -> [f32; 2] {
     params
 }
 
-fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> TensorIr {
+pub(super) fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> TensorIr {
     context
         .tensors
         .get(id)
@@ -409,7 +493,7 @@ fn launch<R: CubeRuntime>(
 }
 
 /// Compares the fused outputs with Burn's, which the step's ops have just registered.
-fn compare<R: CubeRuntime>(
+pub(super) fn compare<R: CubeRuntime>(
     step: &FusedLinear,
     [x, w]: [&TensorIr; 2],
     outputs: LinearOutputs<R>,

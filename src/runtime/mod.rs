@@ -7,6 +7,7 @@
 //! calling any fuser, so an optimization must read real shapes and scalars from the context.
 
 mod burn;
+mod chain;
 mod fuser;
 mod linear;
 mod optimization;

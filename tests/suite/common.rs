@@ -139,3 +139,27 @@ impl Drop for PolicyGuard {
         hypatia::kernel::set_execution_policy(hypatia::kernel::ExecutionPolicy::Auto);
     }
 }
+
+/// Sets the MLP-chain policy and restores the automatic choice when dropped.
+pub struct ChainGuard;
+
+impl ChainGuard {
+    pub fn set(policy: hypatia::kernel::ChainPolicy) -> Self {
+        hypatia::kernel::set_chain_policy(policy);
+        Self
+    }
+}
+
+impl Drop for ChainGuard {
+    fn drop(&mut self) {
+        hypatia::kernel::set_chain_policy(hypatia::kernel::ChainPolicy::Auto);
+    }
+}
+
+/// MLP-chain launches Hypatia ran so far on the test device.
+pub fn chain_launches() -> u64 {
+    hypatia::stats(&device())
+        .patterns
+        .get("mlp-chain")
+        .map_or(0, |p| p.executed)
+}

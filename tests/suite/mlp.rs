@@ -110,3 +110,68 @@ fn linear_without_bias_runs_fused() {
     );
     assert_close(&actual, &infer::<Plain, 2>([9, 32], false), F32_TOLERANCE);
 }
+
+/// Inference with every run of fused layers forced into MLP-chain launches: `launches` chain
+/// launches, values equal to Burn's.
+fn check_chained<const D: usize>(shape: [usize; D], bias: bool, launches: u64, specials: bool) {
+    let device = device();
+    let x = |seed| {
+        let mut values = data(seed, &shape, 1.0).to_vec::<f32>().unwrap();
+        if specials {
+            values[0] = f32::NAN;
+            values[shape[D - 1] + 1] = f32::INFINITY;
+        }
+        TensorData::new(values, shape)
+    };
+    poison::<Fused>(1 << 16, &device);
+    let before = chain_launches();
+    let model = Mlp::<Fused>::new(SIZES, bias, &device);
+    let actual = model.forward(Tensor::<Fused, D>::from_data(x(7), &device));
+    let actual = actual.into_data();
+    assert_eq!(
+        chain_launches() - before,
+        launches,
+        "{shape:?}: {:?}",
+        hypatia::stats(&device)
+    );
+    let plain = Mlp::<Plain>::new(SIZES, bias, &device);
+    let expected = plain.forward(Tensor::<Plain, D>::from_data(x(7), &device));
+    assert_close(&actual, &expected.into_data(), F32_TOLERANCE);
+}
+
+#[test]
+fn chained_layers_equal_burn_in_one_launch() {
+    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    for m in [1, 17, 33, 64] {
+        check_chained([m, 32], true, 1, false);
+    }
+    check_chained([2, 5, 32], true, 1, false);
+    check_chained([9, 32], false, 1, false);
+    check_chained([17, 32], true, 1, true);
+    // More rows than the kernel takes: one launch per layer.
+    check_chained([65, 32], true, 0, false);
+    // With a forced execution the output Linear is claimed and joins the chain too.
+    let _tiled = PolicyGuard::set(hypatia::kernel::ExecutionPolicy::Tiled);
+    let chained = || {
+        let stats = hypatia::stats(&device());
+        ["linear-relu", "linear"].map(|p| stats.patterns.get(p).map_or(0, |p| p.chained))
+    };
+    let before = chained();
+    check_chained([5, 32], true, 1, false);
+    let after = chained();
+    assert_eq!([after[0] - before[0], after[1] - before[1]], [2, 1]);
+}
+
+#[test]
+fn no_chain_when_switched_off() {
+    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Never);
+    let before = (chain_launches(), executed());
+    let actual = infer::<Fused, 2>([3, 32], true);
+    assert_eq!(chain_launches(), before.0);
+    assert_eq!(
+        executed() - before.1,
+        2,
+        "the hidden layers still run fused"
+    );
+    assert_close(&actual, &infer::<Plain, 2>([3, 32], true), F32_TOLERANCE);
+}

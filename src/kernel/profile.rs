@@ -1,0 +1,179 @@
+//! [`Profile`]: what a device's kernels cost, measured, and the predictions made from it.
+//!
+//! A roofline with launch costs: a launch costs its host and launch time, plus the larger of
+//! its FLOPs over the measured throughput and its bytes over the measured bandwidth. The
+//! MLP-chain kernel is modelled per cube (one cube streams every weight for its rows), since
+//! a chain runs few cubes. The numbers come from `examples/calibrate.rs` on the device; a
+//! profile is plain data (serde), loaded from `HYPATIA_PROFILE=<file.json>` or chosen by
+//! device kind.
+//!
+//! ```
+//! use hypatia::kernel::chain::ChainProblem;
+//! use hypatia::kernel::Profile;
+//! let profile = Profile::hopper();
+//! let mlp = |m| ChainProblem {
+//!     m,
+//!     widths: vec![784, 512, 512, 10],
+//!     out_shape: vec![m, 10],
+//!     dtype: burn_backend::DType::BF16,
+//! };
+//! // Batch 1: one launch instead of three wins; batch 64 re-reads the weights 16 times.
+//! assert!(profile.chain_time(&mlp(1)) < profile.layers_time(&mlp(1)));
+//! ```
+
+use super::chain::{ChainProblem, MAX_CHAIN_ROWS};
+use burn_backend::DType;
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+/// Measured costs of one device (times in microseconds, rates per microsecond).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Where the numbers come from (device and date).
+    pub name: String,
+    /// Host and launch time of one fused layer step (the engine's or the tiled kernel's
+    /// launch path, plus Hypatia's per-step checks).
+    pub step_us: f64,
+    /// Host and launch time of one MLP-chain launch.
+    pub chain_launch_us: f64,
+    /// Matrix throughput of the per-layer kernels, MFLOP per µs, for 16-bit floats.
+    pub half_mflop_per_us: f64,
+    /// The same for f32.
+    pub f32_mflop_per_us: f64,
+    /// Device memory bandwidth, bytes per µs.
+    pub bytes_per_us: f64,
+    /// Weight bytes one chain cube streams per µs.
+    pub chain_cube_bytes_per_us: f64,
+    /// FLOPs one chain cube does per µs (plain f32 units).
+    pub chain_cube_mflop_per_us: f64,
+    /// Cubes that run at once (streaming multiprocessors).
+    pub parallel_cubes: usize,
+}
+
+impl Profile {
+    /// NVIDIA H100 (SXM, 132 SMs), from `examples/calibrate.rs` (see
+    /// `benches/results/nvidia-h100-infer.md`).
+    pub fn hopper() -> Self {
+        Self {
+            name: "nvidia-h100 (calibrate, 2026-11-24)".into(),
+            step_us: 14.0,
+            chain_launch_us: 8.0,
+            half_mflop_per_us: 500_000.0,
+            f32_mflop_per_us: 200_000.0,
+            bytes_per_us: 3_000_000.0,
+            chain_cube_bytes_per_us: 60_000.0,
+            chain_cube_mflop_per_us: 200_000.0,
+            parallel_cubes: 132,
+        }
+    }
+
+    /// A CPU through lavapipe (`cargo run --release --example calibrate` on the 2-core CI
+    /// machine).
+    pub fn lavapipe() -> Self {
+        Self {
+            name: "lavapipe, 2 cores (calibrate, 2026-11-24)".into(),
+            step_us: 300.0,
+            chain_launch_us: 300.0,
+            half_mflop_per_us: 5_000.0,
+            f32_mflop_per_us: 5_000.0,
+            bytes_per_us: 5_000.0,
+            chain_cube_bytes_per_us: 2_000.0,
+            chain_cube_mflop_per_us: 2_000.0,
+            parallel_cubes: 2,
+        }
+    }
+
+    /// The profile in force for a device with (`matrix_units`) or without tensor cores:
+    /// `HYPATIA_PROFILE=<file.json>` if set (read once), else the built-in one.
+    pub fn for_device(matrix_units: bool) -> &'static Profile {
+        static FILE: OnceLock<Option<Profile>> = OnceLock::new();
+        static HOPPER: OnceLock<Profile> = OnceLock::new();
+        static LAVAPIPE: OnceLock<Profile> = OnceLock::new();
+        let file = FILE.get_or_init(|| {
+            let path = std::env::var("HYPATIA_PROFILE").ok()?;
+            match std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+            {
+                Ok(profile) => Some(profile),
+                Err(error) => {
+                    log::warn!("hypatia: HYPATIA_PROFILE={path} not used: {error}");
+                    None
+                }
+            }
+        });
+        match (file, matrix_units) {
+            (Some(profile), _) => profile,
+            (None, true) => HOPPER.get_or_init(Profile::hopper),
+            (None, false) => LAVAPIPE.get_or_init(Profile::lavapipe),
+        }
+    }
+
+    fn mflop_per_us(&self, dtype: DType) -> f64 {
+        match dtype {
+            DType::F16 | DType::BF16 => self.half_mflop_per_us,
+            _ => self.f32_mflop_per_us,
+        }
+    }
+
+    /// Predicted µs of one fused layer `m × k × n` run alone (its own launch).
+    pub fn layer_time(&self, m: usize, k: usize, n: usize, dtype: DType) -> f64 {
+        let flops = 2.0 * (m * k * n) as f64;
+        let bytes = ((m * k + k * n + 2 * m * n + n) * dtype.size()) as f64;
+        self.step_us + (flops / 1e6 / self.mflop_per_us(dtype)).max(bytes / self.bytes_per_us)
+    }
+
+    /// Predicted µs of the chain's layers, one launch each.
+    pub fn layers_time(&self, chain: &ChainProblem) -> f64 {
+        (chain.widths.windows(2))
+            .map(|w| self.layer_time(chain.m, w[0], w[1], chain.dtype))
+            .sum()
+    }
+
+    /// Predicted µs of the chain as one MLP-chain launch: each cube streams every weight and
+    /// computes its rows (padded to a power of two, at most [`MAX_CHAIN_ROWS`]).
+    pub fn chain_time(&self, chain: &ChainProblem) -> f64 {
+        let rows = chain.rows().min(MAX_CHAIN_ROWS) as f64;
+        let macs: usize = chain.widths.windows(2).map(|w| w[0] * w[1]).sum();
+        let cube_flops = 2.0 * rows * macs as f64;
+        let cube = (chain.weight_bytes() as f64 / self.chain_cube_bytes_per_us)
+            .max(cube_flops / 1e6 / self.chain_cube_mflop_per_us);
+        let waves = chain.cubes().div_ceil(self.parallel_cubes.max(1)) as f64;
+        self.chain_launch_us + waves * cube
+    }
+
+    /// Whether `chain` should run as one launch.
+    pub fn prefers_chain(&self, chain: &ChainProblem) -> bool {
+        self.chain_time(chain) < self.layers_time(chain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mlp(m: usize, widths: &[usize]) -> ChainProblem {
+        ChainProblem {
+            m,
+            widths: widths.to_vec(),
+            out_shape: vec![m, *widths.last().unwrap()],
+            dtype: DType::BF16,
+        }
+    }
+
+    #[test]
+    fn small_batches_chain_and_wide_layers_do_not() {
+        let profile = Profile::hopper();
+        assert!(profile.prefers_chain(&mlp(1, &[784, 512, 512, 10])));
+        assert!(profile.prefers_chain(&mlp(32, &[784, 512, 512, 10])));
+        // 1024-wide square layers at 64 rows: 16 cubes each stream 6 MiB of weights.
+        assert!(!profile.prefers_chain(&mlp(64, &[1024, 1024, 1024, 1024])));
+    }
+
+    #[test]
+    fn profiles_round_trip_through_json() {
+        let profile = Profile::lavapipe();
+        let json = serde_json::to_string(&profile).unwrap();
+        assert_eq!(serde_json::from_str::<Profile>(&json).unwrap(), profile);
+    }
+}
