@@ -24,12 +24,14 @@ use burn_backend::{DType, Shape};
 use burn_std::Strides;
 use cubecl::prelude::*;
 
-/// Units per cube.
-pub const CHAIN_UNITS: usize = 256;
 /// Output columns one pass computes (one per unit of a slice).
 pub const CHAIN_COLS: usize = 64;
-/// Slices the `k` loop of a pass is split into.
-pub const CHAIN_SLICES: usize = CHAIN_UNITS / CHAIN_COLS;
+/// Weight loads each unit has in flight: the kernel streams weights from L2 with one cube per
+/// row block, so its speed is the bytes it keeps in flight (units × this × element size).
+pub const CHAIN_UNROLL: usize = 8;
+/// Most bytes of shared memory a chain launch uses (CUDA's static limit, and wgpu's usual one
+/// is lower: the device's own limit applies too).
+pub const MAX_CHAIN_SHARED: usize = 48 * 1024;
 /// Layers one launch runs; a longer chain runs in several launches.
 pub const MAX_CHAIN_LAYERS: usize = 4;
 /// Widest layer input or hidden output the shared buffers hold.
@@ -53,39 +55,46 @@ pub struct ChainFlags {
     pub width: u32,
     /// Rows per cube.
     pub rows: u32,
+    /// Units per cube (a multiple of [`CHAIN_COLS`]): `units / CHAIN_COLS` slices split `k`.
+    pub units: u32,
+    /// The larger of the two vector sizes (the partial sums' stride).
+    pub vector: u32,
 }
 
 /// `out = act_L(.. act_0(x · w0 + b0) .. · wL + bL)` for rows `rows·CUBE_POS_X ..`.
 ///
-/// `x` is `[m, k0]` through its strides; `w_i` is `[k_i, n_i]` through its strides, `b_i` a
-/// rank-1 view of length `n_i`; unused layers and biases are dummies. `out` is `[m, n_L]`
-/// contiguous.
+/// `x` is `[m, k0]` through its strides. The hidden layers' weights `w0..w2` are `[k_i, n_i]`
+/// read as vectors of `NH` elements along `n` (contiguous rows), their biases likewise; the last
+/// layer's `wl`, `bl` as vectors of `NL`. Unused layers and biases are dummies. `out` is
+/// `[m, n_L]` contiguous.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn mlp_chain_kernel<F: Float>(
+pub fn mlp_chain_kernel<F: Float, NH: Size, NL: Size>(
     x: &Tensor<F>,
-    w0: &Tensor<F>,
-    b0: &Tensor<F>,
-    w1: &Tensor<F>,
-    b1: &Tensor<F>,
-    w2: &Tensor<F>,
-    b2: &Tensor<F>,
-    w3: &Tensor<F>,
-    b3: &Tensor<F>,
+    w0: &Tensor<Vector<F, NH>>,
+    b0: &Tensor<Vector<F, NH>>,
+    w1: &Tensor<Vector<F, NH>>,
+    b1: &Tensor<Vector<F, NH>>,
+    w2: &Tensor<Vector<F, NH>>,
+    b2: &Tensor<Vector<F, NH>>,
+    wl: &Tensor<Vector<F, NL>>,
+    bl: &Tensor<Vector<F, NL>>,
     out: &mut Tensor<F>,
     #[comptime] flags: ChainFlags,
     #[define(F)] _dtype: StorageType,
 ) {
     let rows = comptime![flags.rows as usize];
     let width = comptime![flags.width as usize];
+    let units = comptime![flags.units as usize];
+    let vector = comptime![flags.vector as usize];
     let m = x.shape(0);
     let k0 = x.shape(1);
     let row_base = CUBE_POS_X as usize * rows;
     let unit = UNIT_POS as usize;
 
-    let mut h_a = SharedMemory::<f32>::new(rows * width);
-    let mut h_b = SharedMemory::<f32>::new(rows * width);
-    let mut partial = SharedMemory::<f32>::new(CHAIN_SLICES * rows * CHAIN_COLS);
+    let mut h_a = SharedMemory::<F>::new(rows * width);
+    let mut h_b = SharedMemory::<F>::new(rows * width);
+    let mut partial = SharedMemory::<f32>::new(units * rows * vector);
 
     // Stage the cube's input rows (zero past `m`).
     let mut index = unit;
@@ -93,33 +102,38 @@ pub fn mlp_chain_kernel<F: Float>(
         let r = index / k0;
         let k = index % k0;
         let row = row_base + r;
-        let mut value = 0.0f32;
+        let mut value = F::from_int(0);
         if row < m {
-            value = f32::cast_from(x[row * x.stride(0) + k * x.stride(1)]);
+            value = x[row * x.stride(0) + k * x.stride(1)];
         }
         h_a[r * width + k] = value;
-        index += CHAIN_UNITS;
+        index += units;
     }
     sync_cube();
 
     let layers = comptime![flags.layers];
-    chain_layer::<F>(
-        &h_a,
-        &mut h_b,
-        &mut partial,
-        w0,
-        b0,
-        out,
-        row_base,
-        m,
-        rows,
-        width,
-        comptime![flags.bias[0]],
-        comptime![flags.activation[0]],
-        comptime![layers == 1],
-    );
+    let last = comptime![layers as usize - 1];
+    let (bias, act) = (flags.bias, flags.activation);
     if comptime![layers > 1] {
-        chain_layer::<F>(
+        chain_layer::<F, NH>(
+            &h_a,
+            &mut h_b,
+            &mut partial,
+            w0,
+            b0,
+            out,
+            row_base,
+            m,
+            rows,
+            width,
+            units,
+            comptime![bias[0]],
+            comptime![act[0]],
+            false,
+        );
+    }
+    if comptime![layers > 2] {
+        chain_layer::<F, NH>(
             &h_b,
             &mut h_a,
             &mut partial,
@@ -130,13 +144,14 @@ pub fn mlp_chain_kernel<F: Float>(
             m,
             rows,
             width,
-            comptime![flags.bias[1]],
-            comptime![flags.activation[1]],
-            comptime![layers == 2],
+            units,
+            comptime![bias[1]],
+            comptime![act[1]],
+            false,
         );
     }
-    if comptime![layers > 2] {
-        chain_layer::<F>(
+    if comptime![layers > 3] {
+        chain_layer::<F, NH>(
             &h_a,
             &mut h_b,
             &mut partial,
@@ -147,124 +162,165 @@ pub fn mlp_chain_kernel<F: Float>(
             m,
             rows,
             width,
-            comptime![flags.bias[2]],
-            comptime![flags.activation[2]],
-            comptime![layers == 3],
+            units,
+            comptime![bias[2]],
+            comptime![act[2]],
+            false,
         );
     }
-    if comptime![layers > 3] {
-        chain_layer::<F>(
-            &h_b,
-            &mut h_a,
+    // The last layer reads the buffer the layer before it wrote.
+    if comptime![last % 2 == 0] {
+        chain_layer::<F, NL>(
+            &h_a,
+            &mut h_b,
             &mut partial,
-            w3,
-            b3,
+            wl,
+            bl,
             out,
             row_base,
             m,
             rows,
             width,
-            comptime![flags.bias[3]],
-            comptime![flags.activation[3]],
+            units,
+            comptime![bias[last]],
+            comptime![act[last]],
+            true,
+        );
+    } else {
+        chain_layer::<F, NL>(
+            &h_b,
+            &mut h_a,
+            &mut partial,
+            wl,
+            bl,
+            out,
+            row_base,
+            m,
+            rows,
+            width,
+            units,
+            comptime![bias[last]],
+            comptime![act[last]],
             true,
         );
     }
 }
 
-/// One layer: `src` (rows × k, f32) times `w`, bias and activation, into `dst` (hidden, rounded
-/// to `F`) or, for the last layer, into `out`. Ends with the cube synchronised.
+/// One layer: `src` (rows × k) times `w`, bias and activation, into `dst` (the next layer's
+/// input) or, for the last layer, into `out`. Unit `g + CHAIN_COLS·s` owns the column vector `g`
+/// of each pass and the `k` slice `s`; it keeps [`CHAIN_UNROLL`] vector loads in flight. Ends
+/// with the cube synchronised.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn chain_layer<F: Float>(
-    src: &SharedMemory<f32>,
-    dst: &mut SharedMemory<f32>,
+fn chain_layer<F: Float, N: Size>(
+    src: &SharedMemory<F>,
+    dst: &mut SharedMemory<F>,
     partial: &mut SharedMemory<f32>,
-    w: &Tensor<F>,
-    b: &Tensor<F>,
+    w: &Tensor<Vector<F, N>>,
+    b: &Tensor<Vector<F, N>>,
     out: &mut Tensor<F>,
     row_base: usize,
     m: usize,
     #[comptime] rows: usize,
     #[comptime] width: usize,
+    #[comptime] units: usize,
     #[comptime] has_bias: bool,
     #[comptime] activation: Activation,
     #[comptime] last: bool,
 ) {
+    let slices = comptime![units / CHAIN_COLS];
+    let n_vec = N::value();
     let k = w.shape(0);
     let n = w.shape(1);
-    let (stride_k, stride_n) = (w.stride(0), w.stride(1));
+    // Row stride in vectors (the launch checked it divides).
+    let stride_k = w.stride(0) / n_vec;
     let unit = UNIT_POS as usize;
-    let col_in = unit % CHAIN_COLS;
+    let group = unit % CHAIN_COLS;
     let slice = unit / CHAIN_COLS;
-    let passes = n.div_ceil(CHAIN_COLS);
-    let mut acc = Array::<f32>::new(rows);
+    let vectors = n / n_vec;
+    let passes = vectors.div_ceil(CHAIN_COLS);
+    let mut acc = Array::<Vector<f32, N>>::new(rows);
+    let mut loaded = Array::<Vector<F, N>>::new(CHAIN_UNROLL);
 
     for pass in 0..passes {
-        let col = pass * CHAIN_COLS + col_in;
+        let col_vec = pass * CHAIN_COLS + group;
         #[unroll]
         for r in 0..rows {
-            acc[r] = 0.0f32;
+            acc[r] = Vector::<f32, N>::new(0.0f32);
         }
-        if col < n {
-            let w_col = col * stride_n;
-            // Four independent weight loads in flight per unit.
-            let step = CHAIN_SLICES * 4;
+        if col_vec < vectors {
             let mut kk = slice;
-            while kk + CHAIN_SLICES * 3 < k {
-                let v0 = f32::cast_from(w[kk * stride_k + w_col]);
-                let v1 = f32::cast_from(w[(kk + CHAIN_SLICES) * stride_k + w_col]);
-                let v2 = f32::cast_from(w[(kk + CHAIN_SLICES * 2) * stride_k + w_col]);
-                let v3 = f32::cast_from(w[(kk + CHAIN_SLICES * 3) * stride_k + w_col]);
+            while kk + slices * (CHAIN_UNROLL - 1) < k {
                 #[unroll]
-                for r in 0..rows {
-                    let h = r * width + kk;
-                    acc[r] += src[h] * v0
-                        + src[h + CHAIN_SLICES] * v1
-                        + src[h + CHAIN_SLICES * 2] * v2
-                        + src[h + CHAIN_SLICES * 3] * v3;
+                for j in 0..CHAIN_UNROLL {
+                    loaded[j] = w[(kk + j * slices) * stride_k + col_vec];
                 }
-                kk += step;
+                #[unroll]
+                for j in 0..CHAIN_UNROLL {
+                    let weights = Vector::<f32, N>::cast_from(loaded[j]);
+                    #[unroll]
+                    for r in 0..rows {
+                        let h = f32::cast_from(src[r * width + kk + j * slices]);
+                        acc[r] += weights * Vector::<f32, N>::new(h);
+                    }
+                }
+                kk += slices * CHAIN_UNROLL;
             }
             while kk < k {
-                let v = f32::cast_from(w[kk * stride_k + w_col]);
+                let weights = Vector::<f32, N>::cast_from(w[kk * stride_k + col_vec]);
                 #[unroll]
                 for r in 0..rows {
-                    acc[r] += src[r * width + kk] * v;
+                    let h = f32::cast_from(src[r * width + kk]);
+                    acc[r] += weights * Vector::<f32, N>::new(h);
                 }
-                kk += CHAIN_SLICES;
+                kk += slices;
             }
         }
         #[unroll]
         for r in 0..rows {
-            partial[(slice * rows + r) * CHAIN_COLS + col_in] = acc[r];
+            let base = ((slice * rows + r) * CHAIN_COLS + group) * n_vec;
+            let v = acc[r];
+            #[unroll]
+            for i in 0..n_vec {
+                partial[base + i] = v[i];
+            }
         }
         sync_cube();
 
+        // One unit per (row, column vector) of the pass sums the slices' partials.
         let mut pair = unit;
         while pair < rows * CHAIN_COLS {
             let r = pair / CHAIN_COLS;
-            let c = pair % CHAIN_COLS;
-            let col = pass * CHAIN_COLS + c;
-            if col < n {
-                let mut value = 0.0f32;
-                #[unroll]
-                for s in 0..CHAIN_SLICES {
-                    value += partial[(s * rows + r) * CHAIN_COLS + c];
-                }
+            let g = pair % CHAIN_COLS;
+            let col_vec = pass * CHAIN_COLS + g;
+            if col_vec < vectors {
+                let mut bias_vec = Vector::<f32, N>::new(0.0f32);
                 if comptime![has_bias] {
-                    value += f32::cast_from(b[col * b.stride(0)]);
+                    bias_vec = Vector::<f32, N>::cast_from(b[col_vec]);
                 }
-                value = activate(value, 0.0f32, 0.0f32, activation);
-                if comptime![last] {
-                    let row = row_base + r;
-                    if row < m {
-                        out[row * out.stride(0) + col] = F::cast_from(value);
+                #[unroll]
+                for i in 0..n_vec {
+                    let mut value = 0.0f32;
+                    #[unroll]
+                    for s in 0..slices {
+                        value += partial[((s * rows + r) * CHAIN_COLS + g) * n_vec + i];
                     }
-                } else {
-                    dst[r * width + col] = f32::cast_from(F::cast_from(value));
+                    if comptime![has_bias] {
+                        value += bias_vec[i];
+                    }
+                    value = activate(value, 0.0f32, 0.0f32, activation);
+                    let col = col_vec * n_vec + i;
+                    if comptime![last] {
+                        let row = row_base + r;
+                        if row < m {
+                            out[row * out.stride(0) + col] = F::cast_from(value);
+                        }
+                    } else {
+                        dst[r * width + col] = F::cast_from(value);
+                    }
                 }
             }
-            pair += CHAIN_UNITS;
+            pair += units;
         }
         sync_cube();
     }
@@ -293,17 +349,75 @@ pub struct ChainProblem {
     pub out_shape: Vec<usize>,
     /// The element type of every operand.
     pub dtype: DType,
+    /// Rows per cube: a power of two covering `m` where it fits, at most [`MAX_CHAIN_ROWS`].
+    pub rows: usize,
+    /// Units per cube.
+    pub units: usize,
+}
+
+/// What a device allows one chain launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainLimits {
+    /// Most units per cube the kernel uses: 512 on GPUs (at 1024 the compiler has 32 registers
+    /// a unit and spills the loads in flight: ncu on the H100), 256 elsewhere.
+    pub units: usize,
+    /// Shared memory bytes a cube may use.
+    pub shared_bytes: usize,
+    /// Widest vector load (elements).
+    pub max_vector: usize,
+}
+
+impl ChainLimits {
+    /// 256 units and 32 KiB: what every device Hypatia runs on allows.
+    pub const PORTABLE: Self = Self {
+        units: 256,
+        shared_bytes: 32 * 1024,
+        max_vector: 4,
+    };
+
+    /// The limits of `client`'s device.
+    pub fn of<R: Runtime>(client: &ComputeClient<R>) -> Self {
+        let hardware = &client.properties().hardware;
+        let gpu = hardware.num_streaming_multiprocessors.is_some();
+        let units = if gpu && hardware.max_units_per_cube >= 512 && hardware.max_cube_dim.0 >= 512 {
+            512
+        } else {
+            256
+        };
+        Self {
+            units,
+            shared_bytes: hardware.max_shared_memory_size.min(MAX_CHAIN_SHARED),
+            max_vector: hardware.max_vector_size.max(1),
+        }
+    }
 }
 
 impl ChainProblem {
-    /// Rows per cube: the smallest power of two covering `m`, at most [`MAX_CHAIN_ROWS`].
-    pub fn rows(&self) -> usize {
-        self.m.next_power_of_two().min(MAX_CHAIN_ROWS)
-    }
-
     /// Cubes of one launch.
     pub fn cubes(&self) -> usize {
-        self.m.div_ceil(self.rows())
+        self.m.div_ceil(self.rows)
+    }
+
+    /// Row length of the shared buffers.
+    pub fn width(&self) -> usize {
+        let inputs = &self.widths[..self.widths.len() - 1];
+        inputs
+            .iter()
+            .max()
+            .map_or(0, |w| w.next_multiple_of(CHAIN_COLS))
+    }
+
+    /// Shared memory bytes of a launch with `rows` rows per cube and `units` units.
+    fn shared_bytes(&self, rows: usize, units: usize, vector: usize) -> usize {
+        let hidden = 2 * rows * self.width() * self.dtype.size();
+        let partial = units * rows * vector * 4;
+        hidden + partial
+    }
+
+    /// The widest vector (elements) the launch may read weights with: 16 bytes, within the
+    /// device's limit.
+    fn max_vector(&self, limits: ChainLimits) -> usize {
+        (16 / self.dtype.size()).min(limits.max_vector).max(1)
     }
 
     /// Bytes of weights one launch reads (every cube reads every weight).
@@ -319,6 +433,9 @@ impl ChainProblem {
     }
 }
 
+/// One layer as [`check_chain`] sees it: weight shape, bias shape, element type, epilogue.
+pub type LayerShape<'a> = (&'a [usize], Option<&'a [usize]>, DType, Epilogue);
+
 /// Whether `epilogue` can end a chain layer.
 pub fn chains(epilogue: Epilogue) -> bool {
     matches!(epilogue, Epilogue::Relu | Epilogue::Identity)
@@ -332,7 +449,8 @@ pub fn chains(epilogue: Epilogue) -> bool {
 /// kernel runs, [`KernelError::OutsideChainBounds`] for what only the per-layer kernels run.
 pub fn check_chain(
     x: (&[usize], &[usize], DType),
-    layers: &[(&[usize], Option<&[usize]>, DType, Epilogue)],
+    layers: &[LayerShape<'_>],
+    limits: ChainLimits,
 ) -> Result<ChainProblem, KernelError> {
     let (shape, strides, dtype) = x;
     let outside = |what: &str| KernelError::OutsideChainBounds(what.to_string());
@@ -402,29 +520,74 @@ pub fn check_chain(
     }
     let mut out_shape = lead.to_vec();
     out_shape.push(*widths.last().unwrap());
-    Ok(ChainProblem {
+    let mut problem = ChainProblem {
         m,
         widths,
         out_shape,
         dtype,
-    })
+        rows: 1,
+        units: limits.units,
+    };
+    // The most rows per cube, then the most units, that fit in shared memory.
+    let most = m.next_power_of_two().min(MAX_CHAIN_ROWS);
+    let vector = problem.max_vector(limits);
+    let fits = [4, 2, 1]
+        .into_iter()
+        .filter(|&rows| rows <= most)
+        .flat_map(|rows| [512, 256].map(|units| (rows, units)))
+        .filter(|&(_, units)| units <= limits.units)
+        .find(|&(rows, units)| problem.shared_bytes(rows, units, vector) <= limits.shared_bytes);
+    (problem.rows, problem.units) = fits.ok_or_else(|| outside("shared memory"))?;
+    Ok(problem)
 }
 
-/// Runs a chain that [`check_chain`] accepted into a new contiguous output.
+/// The widest vector (at most `most` elements) that reads `layers` along `n`: it divides every
+/// `n` and row stride, the weights and biases are contiguous along `n`, and every buffer starts
+/// on a multiple of the vector's bytes.
+fn vector_for<R: Runtime>(layers: &[ChainLayer<'_, R>], most: usize, size: usize) -> usize {
+    let aligned = |operand: &Operand<R>, bytes: usize| {
+        (operand.handle.handle.offset_start.unwrap_or(0) as usize).is_multiple_of(bytes)
+    };
+    let fits = |v: usize| {
+        layers.iter().all(|layer| {
+            let strides = &layer.w.handle.strides;
+            let r = strides.len();
+            let n = layer.w.shape[layer.w.shape.len() - 1];
+            let bias_ok = layer.bias.is_none_or(|b| {
+                b.handle.strides.last().is_none_or(|&s| s == 1) && aligned(b, v * size)
+            });
+            n % v == 0
+                && strides[r - 1] == 1
+                && strides[r - 2] % v == 0
+                && aligned(layer.w, v * size)
+                && bias_ok
+        })
+    };
+    [8, 4, 2, 1]
+        .into_iter()
+        .find(|&v| v <= most && fits(v))
+        .unwrap_or(1)
+}
+
+/// Runs a chain that [`check_chain`] accepted with `limits` into a new contiguous output.
 pub fn launch_mlp_chain<R: Runtime>(
     problem: &ChainProblem,
+    limits: ChainLimits,
     x: &Operand<R>,
     layers: &[ChainLayer<'_, R>],
 ) -> LinearOutputs<R> {
     let out = alloc(&x.handle, &problem.out_shape, problem.dtype);
     let client = x.handle.client.clone();
     let n_last = *problem.widths.last().expect("a chain has layers");
-    let rows = problem.rows();
-    let width = problem.widths[..problem.widths.len() - 1]
-        .iter()
-        .max()
-        .expect("a chain has an input")
-        .next_multiple_of(CHAIN_COLS);
+    let size = problem.dtype.size();
+    let most = problem.max_vector(limits);
+    let (hidden, last) = layers.split_at(layers.len() - 1);
+    let vector_hidden = if hidden.is_empty() {
+        1
+    } else {
+        vector_for(hidden, most, size)
+    };
+    let vector_last = vector_for(last, most, size);
 
     let view = |handle: &burn_cubecl_fusion::CubeFusionHandle<R>,
                 shape: [usize; 2],
@@ -445,13 +608,15 @@ pub fn launch_mlp_chain<R: Runtime>(
         [problem.m, problem.widths[0]],
         [row_stride, x_strides[rank - 1]],
     );
-    let dummy = || alloc(&x.handle, &[1], problem.dtype).into_tensor_arg(Shape::from(vec![1]));
+    let dummy = || alloc(&x.handle, &[8], problem.dtype).into_tensor_arg(Shape::from(vec![8]));
     let mut flags = ChainFlags {
         layers: layers.len() as u32,
         bias: [false; MAX_CHAIN_LAYERS],
         activation: [Activation::None; MAX_CHAIN_LAYERS],
-        width: width as u32,
-        rows: rows as u32,
+        width: problem.width() as u32,
+        rows: problem.rows as u32,
+        units: problem.units as u32,
+        vector: vector_hidden.max(vector_last) as u32,
     };
     let mut args: Vec<(TensorArg<R>, TensorArg<R>)> = Vec::new();
     for (i, layer) in layers.iter().enumerate() {
@@ -460,27 +625,27 @@ pub fn launch_mlp_chain<R: Runtime>(
         let r = s.len();
         let w = view(&layer.w.handle, [k, n], [s[r - 2], s[r - 1]]);
         let b = match layer.bias {
-            Some(bias) => {
-                let stride = *bias.handle.strides.last().unwrap_or(&1);
-                view(&bias.handle, [n, 1], [stride, 1])
-            }
+            Some(bias) => view(&bias.handle, [n, 1], [1, 1]),
             None => dummy(),
         };
         flags.bias[i] = layer.bias.is_some();
         flags.activation[i] = layer.epilogue.activation();
         args.push((w, b));
     }
-    while args.len() < MAX_CHAIN_LAYERS {
+    let (wl, bl) = args.pop().expect("a chain has layers");
+    while args.len() < MAX_CHAIN_LAYERS - 1 {
         args.push((dummy(), dummy()));
     }
     let mut args = args.into_iter();
-    let mut next = || args.next().expect("padded to MAX_CHAIN_LAYERS");
-    let ((w0, b0), (w1, b1), (w2, b2), (w3, b3)) = (next(), next(), next(), next());
+    let mut next = || args.next().expect("padded");
+    let ((w0, b0), (w1, b1), (w2, b2)) = (next(), next(), next());
     let out_arg = view(&out, [problem.m, n_last], [n_last, 1]);
     mlp_chain_kernel::launch::<R>(
         &client,
         CubeCount::Static(problem.cubes() as u32, 1, 1),
-        CubeDim::new_1d(CHAIN_UNITS as u32),
+        CubeDim::new_1d(problem.units as u32),
+        vector_hidden,
+        vector_last,
         x_arg,
         w0,
         b0,
@@ -488,8 +653,8 @@ pub fn launch_mlp_chain<R: Runtime>(
         b1,
         w2,
         b2,
-        w3,
-        b3,
+        wl,
+        bl,
         out_arg,
         flags,
         problem.dtype.into(),
@@ -519,12 +684,30 @@ mod tests {
                 layer(&[1, 512, 512], false),
                 layer(&[512, 10], true),
             ],
+            ChainLimits::PORTABLE,
         )
         .unwrap();
         assert_eq!(problem.m, 6);
         assert_eq!(problem.out_shape, vec![2, 3, 10]);
         assert_eq!(problem.widths, vec![784, 512, 512, 10]);
-        assert_eq!((problem.rows(), problem.cubes()), (4, 2));
+        // 4 rows of 832 f32 twice (26 KiB) and 4 × 256 × 4 partials would be 42 KiB: two rows.
+        assert_eq!(
+            (problem.rows, problem.cubes(), problem.width()),
+            (2, 3, 832)
+        );
+        // 4 rows of 1024 f32 twice (32 KiB) leave 16 KiB of partials: 256 units of 4 rows of
+        // 4-wide vectors, not 512.
+        let limits = ChainLimits {
+            units: 512,
+            shared_bytes: MAX_CHAIN_SHARED,
+            max_vector: 4,
+        };
+        let x = (&[6, 1024][..], &[1024, 1][..], DType::F32);
+        let wide = check_chain(x, &[layer(&[1024, 1024], true)], limits).unwrap();
+        assert_eq!((wide.rows, wide.units, wide.cubes()), (4, 256, 2));
+        let x = (&[1, 1024][..], &[1024, 1][..], DType::F32);
+        let one = check_chain(x, &[layer(&[1024, 1024], true)], limits).unwrap();
+        assert_eq!((one.rows, one.units), (1, 512));
     }
 
     #[test]
@@ -532,18 +715,25 @@ mod tests {
         let too_wide = check_chain(
             (&[1, 2048], &[2048, 1], DType::F32),
             &[layer(&[2048, 8], true)],
+            ChainLimits::PORTABLE,
         );
         assert_eq!(too_wide.unwrap_err().key(), "outside-chain-bounds");
-        let too_tall = check_chain((&[65, 8], &[8, 1], DType::F32), &[layer(&[8, 8], true)]);
+        let too_tall = check_chain(
+            (&[65, 8], &[8, 1], DType::F32),
+            &[layer(&[8, 8], true)],
+            ChainLimits::PORTABLE,
+        );
         assert_eq!(too_tall.unwrap_err().key(), "outside-chain-bounds");
         let mismatch = check_chain(
             (&[1, 8], &[8, 1], DType::F32),
             &[layer(&[8, 4], true), layer(&[5, 4], true)],
+            ChainLimits::PORTABLE,
         );
         assert_eq!(mismatch.unwrap_err().key(), "incompatible-shapes");
         let gelu = check_chain(
             (&[1, 8], &[8, 1], DType::F32),
             &[(&[8, 4], None, DType::F32, Epilogue::Gelu)],
+            ChainLimits::PORTABLE,
         );
         assert_eq!(gelu.unwrap_err().key(), "outside-chain-bounds");
     }

@@ -8,20 +8,25 @@
 //! device kind.
 //!
 //! ```
-//! use hypatia::kernel::chain::ChainProblem;
-//! use hypatia::kernel::Profile;
+//! use hypatia::kernel::chain::{ChainLimits, check_chain};
+//! use hypatia::kernel::{Epilogue, Profile};
+//! use burn_backend::DType;
 //! let profile = Profile::hopper();
-//! let mlp = |m| ChainProblem {
-//!     m,
-//!     widths: vec![784, 512, 512, 10],
-//!     out_shape: vec![m, 10],
-//!     dtype: burn_backend::DType::BF16,
+//! let mlp = |m: usize, widths: &'static [[usize; 2]]| {
+//!     let layers: Vec<_> =
+//!         widths.iter().map(|w| (&w[..], None, DType::BF16, Epilogue::Relu)).collect();
+//!     let x = [m, widths[0][0]];
+//!     check_chain((&x, &[x[1], 1], DType::BF16), &layers, ChainLimits::PORTABLE).unwrap()
 //! };
-//! // Batch 1: one launch instead of three wins; batch 64 re-reads the weights 16 times.
-//! assert!(profile.chain_time(&mlp(1)) < profile.layers_time(&mlp(1)));
+//! // Four narrow layers at batch 1: one launch beats four.
+//! let narrow = mlp(1, &[[64, 64]; 4]);
+//! assert!(profile.chain_time(&narrow) < profile.layers_time(&narrow));
+//! // 784→512→512→10: one cube streaming 1.3 MB loses to three launches on all 132 SMs.
+//! let mnist = mlp(1, &[[784, 512], [512, 512], [512, 10]]);
+//! assert!(profile.chain_time(&mnist) > profile.layers_time(&mnist));
 //! ```
 
-use super::chain::{ChainProblem, MAX_CHAIN_ROWS};
+use super::chain::ChainProblem;
 use burn_backend::DType;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
@@ -51,34 +56,34 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// NVIDIA H100 (SXM, 132 SMs), from `examples/calibrate.rs` (see
-    /// `benches/results/nvidia-h100-infer.md`).
+    /// NVIDIA H100 80GB HBM3 (132 SMs): `examples/calibrate.rs` through the device tool,
+    /// rounded (see `benches/results/nvidia-h100-chain.md`).
     pub fn hopper() -> Self {
         Self {
             name: "nvidia-h100 (calibrate, 2026-11-24)".into(),
-            step_us: 14.0,
-            chain_launch_us: 8.0,
-            half_mflop_per_us: 500_000.0,
-            f32_mflop_per_us: 200_000.0,
-            bytes_per_us: 3_000_000.0,
-            chain_cube_bytes_per_us: 60_000.0,
-            chain_cube_mflop_per_us: 200_000.0,
+            step_us: 42.0,
+            chain_launch_us: 96.0,
+            half_mflop_per_us: 638.0,
+            f32_mflop_per_us: 54.0,
+            bytes_per_us: 1_690_000.0,
+            chain_cube_bytes_per_us: 26_700.0,
+            chain_cube_mflop_per_us: 0.072,
             parallel_cubes: 132,
         }
     }
 
-    /// A CPU through lavapipe (`cargo run --release --example calibrate` on the 2-core CI
-    /// machine).
+    /// A CPU through lavapipe: `cargo run --release --example calibrate -- --dtype f32` on this
+    /// project's 2-core build machine, rounded (16-bit floats do not run there).
     pub fn lavapipe() -> Self {
         Self {
             name: "lavapipe, 2 cores (calibrate, 2026-11-24)".into(),
-            step_us: 300.0,
-            chain_launch_us: 300.0,
-            half_mflop_per_us: 5_000.0,
-            f32_mflop_per_us: 5_000.0,
-            bytes_per_us: 5_000.0,
-            chain_cube_bytes_per_us: 2_000.0,
-            chain_cube_mflop_per_us: 2_000.0,
+            step_us: 1815.0,
+            chain_launch_us: 2415.0,
+            half_mflop_per_us: 0.0022,
+            f32_mflop_per_us: 0.0022,
+            bytes_per_us: 765.0,
+            chain_cube_bytes_per_us: 356.0,
+            chain_cube_mflop_per_us: 0.00026,
             parallel_cubes: 2,
         }
     }
@@ -131,9 +136,9 @@ impl Profile {
     }
 
     /// Predicted µs of the chain as one MLP-chain launch: each cube streams every weight and
-    /// computes its rows (padded to a power of two, at most [`MAX_CHAIN_ROWS`]).
+    /// computes its rows.
     pub fn chain_time(&self, chain: &ChainProblem) -> f64 {
-        let rows = chain.rows().min(MAX_CHAIN_ROWS) as f64;
+        let rows = chain.rows as f64;
         let macs: usize = chain.widths.windows(2).map(|w| w[0] * w[1]).sum();
         let cube_flops = 2.0 * rows * macs as f64;
         let cube = (chain.weight_bytes() as f64 / self.chain_cube_bytes_per_us)
@@ -158,16 +163,30 @@ mod tests {
             widths: widths.to_vec(),
             out_shape: vec![m, *widths.last().unwrap()],
             dtype: DType::BF16,
+            rows: m.next_power_of_two().min(4),
+            units: 1024,
         }
     }
 
     #[test]
-    fn small_batches_chain_and_wide_layers_do_not() {
-        let profile = Profile::hopper();
-        assert!(profile.prefers_chain(&mlp(1, &[784, 512, 512, 10])));
-        assert!(profile.prefers_chain(&mlp(32, &[784, 512, 512, 10])));
-        // 1024-wide square layers at 64 rows: 16 cubes each stream 6 MiB of weights.
-        assert!(!profile.prefers_chain(&mlp(64, &[1024, 1024, 1024, 1024])));
+    fn narrow_layers_chain_and_wide_ones_do_not() {
+        for profile in [Profile::hopper(), Profile::lavapipe()] {
+            assert!(
+                profile.prefers_chain(&mlp(1, &[64, 64, 64, 64])),
+                "{}",
+                profile.name
+            );
+            assert!(
+                profile.prefers_chain(&mlp(32, &[64, 64, 64, 64])),
+                "{}",
+                profile.name
+            );
+            // 1024-wide square layers at 64 rows: 16 cubes each stream 6 MiB of weights.
+            let wide = mlp(64, &[1024, 1024, 1024, 1024]);
+            assert!(!profile.prefers_chain(&wide), "{}", profile.name);
+        }
+        // Measured on the H100: the 784→512→512→10 MLP runs faster layer by layer.
+        assert!(!Profile::hopper().prefers_chain(&mlp(1, &[784, 512, 512, 10])));
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! apart; a plain fused matmul costs slightly less than Burn's. Size-aware
 //! decisions (shapes too small to pay) are made at run time, where sizes are known.
 
-use super::TensorLang;
+use super::{TensorGraph, TensorLang};
+use crate::kernel::Profile;
+use crate::kernel::chain::MAX_CHAIN_ROWS;
+use burn_backend::DType;
 use egg::{CostFunction, Id, Language};
 
 /// Cost of one unfused elementwise launch (one read and one write pass).
@@ -91,6 +94,115 @@ impl CostFunction<TensorLang> for CostModel {
         C: FnMut(Id) -> Self::Cost,
     {
         enode.fold(Self::node_cost(enode), |sum, id| sum + costs(id))
+    }
+}
+
+/// Extraction by predicted time (µs) on a device [`Profile`], for e-graphs whose leaves carry
+/// real sizes (the rewrite API, tools; a captured window has relative dims, and there the same
+/// profile decides at run time, see [`crate::kernel::choose_chain`]).
+///
+/// A fused node costs one layer launch ([`Profile::layer_time`]); a `chain-*` node costs what
+/// its layer adds to the chain's launch (every cube streams the layer's weights and computes
+/// its rows) plus half of what a chain launch costs over a layer launch (a three-layer chain
+/// has two chained nodes). Narrow layers therefore extract as chains and wide ones layer by
+/// layer:
+///
+/// ```
+/// use hypatia::kernel::Profile;
+/// use hypatia::rewrite::{Limits, SizedCost, TensorGraph, saturate};
+/// let mlp = |m: usize, k: usize, n: usize| {
+///     let x = format!("t1:bf16:{m}x{k}");
+///     let layer1 = format!("(relu (add (matmul {x} t2:bf16:{k}x{n}) t3:bf16:{n}))");
+///     format!("(relu (add (matmul {layer1} t4:bf16:{n}x{n}) t5:bf16:{n}))")
+/// };
+/// let best = |expr: String| {
+///     let mut egraph = TensorGraph::default();
+///     let root = egraph.add_expr(&expr.parse().unwrap());
+///     let saturated = saturate(egraph, &Limits::default());
+///     let cost = SizedCost::new(&saturated.egraph, Profile::hopper());
+///     egg::Extractor::new(&saturated.egraph, cost).find_best(root).1.to_string()
+/// };
+/// assert!(best(mlp(1, 64, 64)).starts_with("(chain-linear-relu"));
+/// assert!(best(mlp(1, 784, 512)).starts_with("(fused-linear-relu"));
+/// assert!(best(mlp(4096, 4096, 4096)).starts_with("(fused-linear-relu"));
+/// ```
+pub struct SizedCost<'a> {
+    egraph: &'a TensorGraph,
+    profile: Profile,
+}
+
+impl<'a> SizedCost<'a> {
+    /// Costs on `profile` for the sizes of `egraph`'s leaves.
+    pub fn new(egraph: &'a TensorGraph, profile: Profile) -> Self {
+        Self { egraph, profile }
+    }
+
+    fn shape(&self, id: Id) -> Option<(Vec<usize>, DType)> {
+        let info = self.egraph[id].data.as_ref()?;
+        let dtype = match info.elem {
+            super::Elem::F16 => DType::F16,
+            super::Elem::BF16 => DType::BF16,
+            super::Elem::F64 => DType::F64,
+            _ => DType::F32,
+        };
+        Some((info.shape.iter().map(|&d| d.max(1)).collect(), dtype))
+    }
+
+    /// `(m, k, n, dtype)` of a matmul-like node over `x` and `w`.
+    fn mkn(&self, x: Id, w: Id) -> Option<(usize, usize, usize, DType)> {
+        let ((x, dtype), (w, _)) = (self.shape(x)?, self.shape(w)?);
+        let (&k, lead) = x.split_last()?;
+        Some((lead.iter().product(), k, *w.last()?, dtype))
+    }
+
+    /// Predicted µs of `node` alone.
+    pub fn node_time(&self, node: &TensorLang) -> f64 {
+        let p = &self.profile;
+        let children = node.children();
+        if node.is_chained() {
+            let Some((m, k, n, dtype)) = self.mkn(children[0], children[1]) else {
+                return f64::INFINITY;
+            };
+            let rows = m.next_power_of_two().min(MAX_CHAIN_ROWS);
+            let cubes = m.div_ceil(rows);
+            let waves = cubes.div_ceil(p.parallel_cubes.max(1)) as f64;
+            let bytes = (k * (n + 1) * dtype.size()) as f64;
+            let flops = 2.0 * (rows * k * n) as f64;
+            let cube =
+                (bytes / p.chain_cube_bytes_per_us).max(flops / 1e6 / p.chain_cube_mflop_per_us);
+            return waves * cube + (p.chain_launch_us - p.step_us).max(0.0) / 2.0;
+        }
+        if node.fused().is_some() || matches!(node, TensorLang::Matmul(_) | TensorLang::Linear(_)) {
+            let Some((m, k, n, dtype)) = self.mkn(children[0], children[1]) else {
+                return f64::INFINITY;
+            };
+            let epilogue = match node {
+                TensorLang::Linear(_) => p.step_us,
+                _ => 0.0,
+            };
+            return p.layer_time(m, k, n, dtype) + epilogue;
+        }
+        let launches = CostModel::node_cost(node);
+        if launches == 0.0 {
+            0.0
+        } else if launches <= VIEW {
+            0.1
+        } else {
+            // An op run as Burn's: one launch (and a pass over its output).
+            p.step_us
+        }
+    }
+}
+
+impl CostFunction<TensorLang> for SizedCost<'_> {
+    type Cost = f64;
+
+    fn cost<C>(&mut self, enode: &TensorLang, mut costs: C) -> Self::Cost
+    where
+        C: FnMut(Id) -> Self::Cost,
+    {
+        let own = self.node_time(enode);
+        enode.fold(own, |sum, id| sum + costs(id))
     }
 }
 

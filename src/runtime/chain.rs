@@ -4,7 +4,7 @@ use super::HypatiaRuntime;
 use super::linear::{compare, real_tensor};
 use crate::fallback::verify::VerifyMode;
 use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
-use crate::kernel::chain::{ChainLayer, check_chain, launch_mlp_chain};
+use crate::kernel::chain::{ChainLayer, ChainLimits, check_chain, launch_mlp_chain};
 use crate::kernel::{Operand, choose_chain, has_matrix_units};
 use crate::plan::FusedLinear;
 use burn_backend::DType;
@@ -53,7 +53,17 @@ pub(super) fn run_chain<R: CubeRuntime>(
         })
         .collect();
     // Outside the kernel's bounds (or not a chain at all): each step checks its own shapes.
-    let Ok(problem) = check_chain((&x.shape, &strides, x.dtype), &shapes) else {
+    // The kernel reads weight rows and biases as contiguous vectors.
+    let contiguous_n = |tensor: &TensorIr| {
+        (context.handles.get_handle_ref(&tensor.id))
+            .is_some_and(|h| h.strides.last().is_none_or(|&s| s == 1))
+    };
+    let layouts = weights.iter().chain(biases.iter().flatten());
+    if !layouts.into_iter().all(contiguous_n) {
+        return ChainRun::PerLayer;
+    }
+    let limits = ChainLimits::of(&client);
+    let Ok(problem) = check_chain((&x.shape, &strides, x.dtype), &shapes, limits) else {
         return ChainRun::PerLayer;
     };
     let last = steps[steps.len() - 1];
@@ -84,7 +94,7 @@ pub(super) fn run_chain<R: CubeRuntime>(
             epilogue: step.epilogue,
         })
         .collect();
-    let outputs = launch_mlp_chain(&problem, &x_operand, &layers);
+    let outputs = launch_mlp_chain(&problem, limits, &x_operand, &layers);
     if first_launch && let Err(reason) = after_first_launch(&client) {
         run_unfused(all_ops, context, execution);
         return ChainRun::Failed(reason);

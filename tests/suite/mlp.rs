@@ -114,6 +114,16 @@ fn linear_without_bias_runs_fused() {
 /// Inference with every run of fused layers forced into MLP-chain launches: `launches` chain
 /// launches, values equal to Burn's.
 fn check_chained<const D: usize>(shape: [usize; D], bias: bool, launches: u64, specials: bool) {
+    check_chained_sizes(SIZES, shape, bias, launches, specials);
+}
+
+fn check_chained_sizes<const D: usize>(
+    sizes: [usize; 4],
+    shape: [usize; D],
+    bias: bool,
+    launches: u64,
+    specials: bool,
+) {
     let device = device();
     let x = |seed| {
         let mut values = data(seed, &shape, 1.0).to_vec::<f32>().unwrap();
@@ -125,7 +135,7 @@ fn check_chained<const D: usize>(shape: [usize; D], bias: bool, launches: u64, s
     };
     poison::<Fused>(1 << 16, &device);
     let before = chain_launches();
-    let model = Mlp::<Fused>::new(SIZES, bias, &device);
+    let model = Mlp::<Fused>::new(sizes, bias, &device);
     let actual = model.forward(Tensor::<Fused, D>::from_data(x(7), &device));
     let actual = actual.into_data();
     assert_eq!(
@@ -134,7 +144,7 @@ fn check_chained<const D: usize>(shape: [usize; D], bias: bool, launches: u64, s
         "{shape:?}: {:?}",
         hypatia::stats(&device)
     );
-    let plain = Mlp::<Plain>::new(SIZES, bias, &device);
+    let plain = Mlp::<Plain>::new(sizes, bias, &device);
     let expected = plain.forward(Tensor::<Plain, D>::from_data(x(7), &device));
     assert_close(&actual, &expected.into_data(), F32_TOLERANCE);
 }
@@ -148,6 +158,8 @@ fn chained_layers_equal_burn_in_one_launch() {
     check_chained([2, 5, 32], true, 1, false);
     check_chained([9, 32], false, 1, false);
     check_chained([17, 32], true, 1, true);
+    // Odd widths: the weights are read one element at a time.
+    check_chained_sizes([33, 17, 9, 5], [3, 33], true, 1, false);
     // More rows than the kernel takes: one launch per layer.
     check_chained([65, 32], true, 0, false);
     // With a forced execution the output Linear is claimed and joins the chain too.
