@@ -143,13 +143,15 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         self.canonical.push(index, op);
         let kind = op.kind;
         let ends_activation = matches!(kind, OpKind::MaskFill | OpKind::MaskWhere);
-        if kind.may_end_pattern() {
+        // A long window closes where the next layer's matmul begins, and that matmul stays
+        // out of the claim (claimed alone, it would split its layer across two windows).
+        let long_at_boundary = kind == OpKind::Matmul && self.window.len() > SOFT_WINDOW;
+        if kind.may_end_pattern() && !long_at_boundary {
             self.analyze();
         }
         // A mask that completes no match means the leading matmul's pattern is not one
         // Hypatia runs (or is switched off): stop holding the block.
         let unmatched_mask = ends_activation && self.claim.is_none();
-        let long_at_boundary = kind == OpKind::Matmul && self.window.len() > SOFT_WINDOW;
         if !kind.is_pattern_kind()
             || long_at_boundary
             || self.window.len() >= MAX_WINDOW

@@ -41,7 +41,8 @@ macro_rules! same_outcome {
             (Ok(f), Ok(p)) => assert_close(
                 &TensorData::new(f.clone(), [f.len()]),
                 &TensorData::new(p.clone(), [p.len()]),
-                1e-5,
+                // On CUDA Burn's f32 matmul runs TF32; Hypatia's kernels may not.
+                if cfg!(feature = "cuda") { 2e-3 } else { 1e-5 },
             ),
             _ => panic!("Hypatia: {fused:?}\nBurn: {plain:?}"),
         }

@@ -111,12 +111,21 @@ fn two_threads_train_two_models_at_once() {
         .into_iter()
         .map(|thread| thread.join().expect("a training thread panicked"))
         .collect();
+    // On CUDA both backends run f32 matmuls in TF32, rounded differently (see train.rs).
+    let (loss_tol, param_tol) = if cfg!(feature = "cuda") {
+        (2e-2, 5e-2)
+    } else {
+        (1e-3, 1e-3)
+    };
     for ((losses, params), (plain_losses, plain_params)) in together.iter().zip(&alone) {
         for (f, p) in losses.iter().zip(plain_losses) {
-            assert!((f - p).abs() <= 1e-3 * p.abs().max(1.0), "loss {f} vs {p}");
+            assert!(
+                (f - p).abs() <= loss_tol * p.abs().max(1.0),
+                "loss {f} vs {p}"
+            );
         }
         for (f, p) in params.iter().zip(plain_params) {
-            assert_norm_close(f, p, 1e-3);
+            assert_norm_close(f, p, param_tol);
         }
     }
     assert_ne!(together[0].1[0], together[1].1[0], "two different models");
