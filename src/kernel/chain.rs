@@ -4,33 +4,36 @@
 //! Small-batch inference of a small MLP is bound by launches and host time, not by FLOPs: at
 //! batch 1 a 784→512→512→10 forward is 0.7 MFLOP and 1.3 MB of bf16 weights. One cube per
 //! block of [`ChainFlags::rows`] rows runs every layer: it stages its input rows in shared
-//! memory as f32, and for each layer and each pass of [`CHAIN_COLS`] output columns its 256
-//! units split the `k` loop four ways (coalesced weight reads along `n`), sum the four partials
-//! through shared memory, add the bias, apply the activation, round to the storage type (as
-//! Burn's layer-by-layer path stores each hidden tensor) and write the next layer's input into
-//! the other shared buffer. Only the last layer writes global memory.
+//! memory, and for each layer and each pass of [`CHAIN_COLS`] column vectors (up to 16 bytes of
+//! weights each, read along `n`) its units split the `k` loop into `units / CHAIN_COLS`
+//! slices, keep [`CHAIN_UNROLL`] vector loads in flight, sum the slices' partials through
+//! shared memory, add the bias, apply the activation, round to the storage type (as Burn's
+//! layer-by-layer path stores each hidden tensor) and write the next layer's input into the
+//! other shared buffer. Only the last layer writes global memory.
 //!
 //! ```text
 //!  x rows --stage--> h_a --layer 0--> h_b --layer 1--> h_a ... --last layer--> out
-//!            (shared, f32, rows x width each; weights and biases read from global memory)
+//!            (shared, storage type, rows x width each; weights and biases from global memory)
 //! ```
 //!
-//! The bounds ([`check_chain`]) keep both buffers within 48 KiB of shared memory; beyond them a
-//! plan runs its layers one launch each, which is also faster there (see `choose_chain` in the
-//! runtime).
+//! The bounds ([`check_chain`]) keep the buffers within the device's shared memory (48 KiB at
+//! most). One SM streams every weight, so the chain wins only where launches cost more than
+//! that stream: narrow layers at small batch (measured in
+//! `benches/results/nvidia-h100-chain.md`); [`choose_chain`](super::choose_chain) predicts it
+//! from the device's [`Profile`](super::Profile), and a chain it declines runs layer by layer.
 
 use super::{Activation, Epilogue, KernelError, LinearOutputs, Operand, activate, alloc};
 use burn_backend::{DType, Shape};
 use burn_std::Strides;
 use cubecl::prelude::*;
 
-/// Output columns one pass computes (one per unit of a slice).
+/// Column vectors one pass computes (one per unit of a slice).
 pub const CHAIN_COLS: usize = 64;
 /// Weight loads each unit has in flight: the kernel streams weights from L2 with one cube per
 /// row block, so its speed is the bytes it keeps in flight (units × this × element size).
 pub const CHAIN_UNROLL: usize = 8;
-/// Most bytes of shared memory a chain launch uses (CUDA's static limit, and wgpu's usual one
-/// is lower: the device's own limit applies too).
+/// Most bytes of shared memory a chain launch uses (CUDA's default per-block limit; a device
+/// with less, such as many wgpu adapters, sets its own).
 pub const MAX_CHAIN_SHARED: usize = 48 * 1024;
 /// Layers one launch runs; a longer chain runs in several launches.
 pub const MAX_CHAIN_LAYERS: usize = 4;
