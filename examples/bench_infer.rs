@@ -159,10 +159,8 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .patterns
             .iter()
             .map(|(name, p)| {
-                let steps =
-                    |p: &hypatia::PatternStats| p.executed + p.tensor_core + p.split + p.chained;
-                let was = before.patterns.get(name).map_or(0, steps);
-                (name.clone(), (steps(p) - was) as f64 / args.runs as f64)
+                let was = (before.patterns.get(name)).map_or(0, hypatia::PatternStats::steps);
+                (name.clone(), (p.steps() - was) as f64 / args.runs as f64)
             })
             .filter(|(_, n)| *n > 0.0)
             .collect::<Vec<_>>();

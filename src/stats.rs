@@ -28,6 +28,13 @@ pub struct PatternStats {
     pub fallbacks: BTreeMap<String, u64>,
 }
 
+impl PatternStats {
+    /// Steps run on any of Hypatia's paths: tiled, tensor-core engine, split or MLP chain.
+    pub fn steps(&self) -> u64 {
+        self.executed + self.tensor_core + self.split + self.chained
+    }
+}
+
 /// Counters of the e-graph stage.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct EggStats {
@@ -74,9 +81,7 @@ impl FusionStats {
     /// Steps of `pattern` Hypatia has run so far, on any of its paths: the tiled kernel, the
     /// tensor-core engine, a split or an MLP chain (see [`PatternStats`] for each).
     pub fn executed(&self, pattern: &str) -> u64 {
-        self.patterns
-            .get(pattern)
-            .map_or(0, |p| p.executed + p.tensor_core + p.split + p.chained)
+        self.patterns.get(pattern).map_or(0, PatternStats::steps)
     }
 }
 

@@ -422,18 +422,6 @@ impl ChainProblem {
     fn max_vector(&self, limits: ChainLimits) -> usize {
         (16 / self.dtype.size()).min(limits.max_vector).max(1)
     }
-
-    /// Bytes of weights one launch reads (every cube reads every weight).
-    pub fn weight_bytes(&self) -> usize {
-        let elements: usize = self.widths.windows(2).map(|w| w[0] * (w[1] + 1)).sum();
-        elements * self.dtype.size()
-    }
-
-    /// Floating-point operations: `2·m·Σ k_i·n_i`.
-    pub fn flops(&self) -> f64 {
-        let macs: usize = self.widths.windows(2).map(|w| w[0] * w[1]).sum();
-        2.0 * self.m as f64 * macs as f64
-    }
 }
 
 /// One layer as [`check_chain`] sees it: weight shape, bias shape, element type, epilogue.

@@ -138,13 +138,23 @@ impl Profile {
     /// Predicted µs of the chain as one MLP-chain launch: each cube streams every weight and
     /// computes its rows.
     pub fn chain_time(&self, chain: &ChainProblem) -> f64 {
-        let rows = chain.rows as f64;
-        let macs: usize = chain.widths.windows(2).map(|w| w[0] * w[1]).sum();
-        let cube_flops = 2.0 * rows * macs as f64;
-        let cube = (chain.weight_bytes() as f64 / self.chain_cube_bytes_per_us)
-            .max(cube_flops / 1e6 / self.chain_cube_mflop_per_us);
-        let waves = chain.cubes().div_ceil(self.parallel_cubes.max(1)) as f64;
-        self.chain_launch_us + waves * cube
+        let layers = chain.widths.windows(2);
+        let stream: f64 = layers
+            .map(|w| self.chain_layer_time(chain.m, chain.rows, w[0], w[1], chain.dtype))
+            .sum();
+        self.chain_launch_us + stream
+    }
+
+    /// Predicted µs one `k × n` layer adds to a chain launch over `m` rows, `rows` a cube:
+    /// each cube streams the layer's weights and bias and computes its rows, and the cubes run
+    /// [`Profile::parallel_cubes`] at a time.
+    pub fn chain_layer_time(&self, m: usize, rows: usize, k: usize, n: usize, dtype: DType) -> f64 {
+        let bytes = (k * (n + 1) * dtype.size()) as f64;
+        let flops = 2.0 * (rows * k * n) as f64;
+        let cube =
+            (bytes / self.chain_cube_bytes_per_us).max(flops / 1e6 / self.chain_cube_mflop_per_us);
+        let waves = m.div_ceil(rows).div_ceil(self.parallel_cubes.max(1)) as f64;
+        waves * cube
     }
 
     /// Whether `chain` should run as one launch.

@@ -164,13 +164,8 @@ impl<'a> SizedCost<'a> {
                 return f64::INFINITY;
             };
             let rows = m.next_power_of_two().min(MAX_CHAIN_ROWS);
-            let cubes = m.div_ceil(rows);
-            let waves = cubes.div_ceil(p.parallel_cubes.max(1)) as f64;
-            let bytes = (k * (n + 1) * dtype.size()) as f64;
-            let flops = 2.0 * (rows * k * n) as f64;
-            let cube =
-                (bytes / p.chain_cube_bytes_per_us).max(flops / 1e6 / p.chain_cube_mflop_per_us);
-            return waves * cube + (p.chain_launch_us - p.step_us).max(0.0) / 2.0;
+            let extra_launch = (p.chain_launch_us - p.step_us).max(0.0) / 2.0;
+            return p.chain_layer_time(m, rows, k, n, dtype) + extra_launch;
         }
         if node.fused().is_some() || matches!(node, TensorLang::Matmul(_) | TensorLang::Linear(_)) {
             let Some((m, k, n, dtype)) = self.mkn(children[0], children[1]) else {

@@ -1,17 +1,17 @@
 //! Running a run of chained plan steps as one [MLP-chain launch](crate::kernel::chain).
 
 use super::HypatiaRuntime;
-use super::linear::{compare, real_tensor};
+use super::linear::{compare, operand, real_tensor, release};
 use crate::fallback::verify::VerifyMode;
 use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
 use crate::kernel::chain::{ChainLayer, ChainLimits, check_chain, launch_mlp_chain};
-use crate::kernel::{Operand, choose_chain, has_matrix_units};
+use crate::kernel::{choose_chain, has_matrix_units};
 use crate::plan::FusedLinear;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution};
-use burn_ir::{TensorIr, TensorStatus};
+use burn_ir::TensorIr;
 
 /// How a chain's execution went.
 pub(super) enum ChainRun {
@@ -76,12 +76,6 @@ pub(super) fn run_chain<R: CubeRuntime>(
     if first_launch {
         before_first_launch(&client, device_key);
     }
-    let operand = |context: &mut Context<CubeFusionHandle<R>>, tensor: &TensorIr| Operand {
-        handle: context
-            .handles
-            .get_handle(&tensor.id, &TensorStatus::ReadOnly),
-        shape: tensor.shape.to_vec(),
-    };
     let x_operand = operand(context, &x);
     let w_operands: Vec<_> = weights.iter().map(|w| operand(context, w)).collect();
     let b_operands: Vec<_> = (biases.iter())
@@ -112,19 +106,8 @@ pub(super) fn run_chain<R: CubeRuntime>(
     // Release what the chain read last: the input and every weight and bias (the hidden
     // activations between layers never existed).
     let hidden: Vec<_> = steps[..steps.len() - 1].iter().map(|s| s.out).collect();
-    let mut released = Vec::new();
-    for step in steps {
-        for reference in step.operands() {
-            let free = reference.status == TensorStatus::ReadWrite
-                && !hidden.contains(&reference.id)
-                && !released.contains(&reference.id);
-            if free {
-                let id = real_tensor(context, &reference.id).id;
-                context.handles.get_handle(&id, &TensorStatus::ReadWrite);
-                released.push(reference.id);
-            }
-        }
-    }
+    let read = steps.iter().flat_map(|step| step.operands());
+    release(context, read.filter(|r| !hidden.contains(&r.id)));
     context
         .handles
         .register_handle(real_tensor(context, &last.out).id, outputs.out);

@@ -9,8 +9,9 @@ use crate::fallback::{
 use crate::kernel::chain::MAX_CHAIN_LAYERS;
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Execution, LinearOutputs, Operand, check_gate, check_linear, choose_execution,
-    has_matrix_units, launch_bias_activation, launch_fused_linear,
+    EpilogueInputs, Execution, LinearOutputs, Operand, chain_policy, check_gate, check_linear,
+    choose_execution, execution_policy, has_matrix_units, launch_bias_activation,
+    launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::stats;
@@ -29,9 +30,34 @@ pub struct LinearOptimization<R: CubeRuntime> {
     device_key: String,
     /// Per step of the plan: what its first executions established.
     checks: Vec<StepCheck>,
-    /// The plan's chained runs (step ranges), and what their first launches established.
-    chains: Vec<(Range<usize>, StepCheck)>,
+    /// The plan's chained runs, and what their executions established.
+    chains: Vec<ChainCheck>,
     _runtime: PhantomData<R>,
+}
+
+/// What is known of one chained run of steps of this optimization.
+struct ChainCheck {
+    /// The steps.
+    range: Range<usize>,
+    /// Its first launch and verification, as for a step.
+    check: StepCheck,
+    /// The last sizes and policies (see [`chain_key`]) for which the chain ran layer by layer:
+    /// while they repeat, the steps run one by one without asking again.
+    declined: Option<Vec<usize>>,
+}
+
+/// What decides whether a chain runs as one launch, besides the layouts: the real shapes of its
+/// input and weights, and the policies in force.
+fn chain_key<H>(steps: &[&FusedLinear], context: &Context<H>) -> Vec<usize> {
+    let shape = |id| context.tensors.get(id).map(|t| t.shape.as_ref().to_vec());
+    let mut key = vec![chain_policy() as usize, execution_policy() as usize];
+    let tensors = std::iter::once(&steps[0].x).chain(steps.iter().map(|s| &s.w));
+    for reference in tensors {
+        let dims = shape(&reference.id).unwrap_or_default();
+        key.push(dims.len());
+        key.extend(dims);
+    }
+    key
 }
 
 /// What is known of one fused step of this optimization.
@@ -52,7 +78,11 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         Self {
             checks: vec![StepCheck::default(); plan.steps.len()],
             chains: (plan.chains(MAX_CHAIN_LAYERS).into_iter())
-                .map(|range| (range, StepCheck::default()))
+                .map(|range| ChainCheck {
+                    range,
+                    check: StepCheck::default(),
+                    declined: None,
+                })
                 .collect(),
             plan,
             device_key: stats::device_key(&device),
@@ -164,7 +194,8 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
     ) -> Option<usize> {
-        let (range, check) = self.chains.iter_mut().find(|(r, _)| r.start == start)?;
+        let chain = self.chains.iter_mut().find(|c| c.range.start == start)?;
+        let (range, check) = (&chain.range, &mut chain.check);
         if check.broken.is_some() {
             return None;
         }
@@ -175,6 +206,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 Step::Run(_) => None,
             })
             .collect();
+        let key = chain_key(&steps, context);
+        if chain.declined.as_ref() == Some(&key) {
+            return None;
+        }
         let first_launch = check.launched == 0;
         let verify = if check.verified {
             VerifyMode::Off
@@ -190,7 +225,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             &self.device_key,
         );
         let verified = match outcome {
-            ChainRun::PerLayer => return None,
+            ChainRun::PerLayer => {
+                chain.declined = Some(key);
+                return None;
+            }
             ChainRun::Ran { verified } => verified,
             ChainRun::Failed(reason) => {
                 log::warn!("hypatia: mlp-chain runs layer by layer from now on: {reason}");
@@ -285,6 +323,35 @@ fn step_params<H>(step: &FusedLinear, context: &Context<H>) -> [f32; 2] {
     params
 }
 
+/// `tensor`'s handle (left in place) and real shape, as a kernel operand.
+pub(super) fn operand<R: CubeRuntime>(
+    context: &mut Context<CubeFusionHandle<R>>,
+    tensor: &TensorIr,
+) -> Operand<R> {
+    Operand {
+        handle: context
+            .handles
+            .get_handle(&tensor.id, &TensorStatus::ReadOnly),
+        shape: tensor.shape.to_vec(),
+    }
+}
+
+/// Releases the handles whose last reader (`ReadWrite`) was a fused launch, once each (x may
+/// also be w).
+pub(super) fn release<H: Clone>(
+    context: &mut Context<H>,
+    consumed: impl IntoIterator<Item = TensorRef>,
+) {
+    let mut released = Vec::new();
+    for reference in consumed {
+        if reference.status == TensorStatus::ReadWrite && !released.contains(&reference.id) {
+            let id = real_tensor(context, &reference.id).id;
+            context.handles.get_handle(&id, &TensorStatus::ReadWrite);
+            released.push(reference.id);
+        }
+    }
+}
+
 pub(super) fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> TensorIr {
     context
         .tensors
@@ -366,15 +433,7 @@ fn run_fused<R: CubeRuntime>(
             verified: true,
         });
     }
-    // Release the handles whose last reader was this step (once each: x may also be w).
-    let mut released = Vec::new();
-    for reference in produced.consumed {
-        if reference.status == TensorStatus::ReadWrite && !released.contains(&reference.id) {
-            let id = real_tensor(context, &reference.id).id;
-            context.handles.get_handle(&id, &TensorStatus::ReadWrite);
-            released.push(reference.id);
-        }
-    }
+    release(context, produced.consumed);
     let outputs = produced.outputs;
     context
         .handles
@@ -418,12 +477,6 @@ fn launch<R: CubeRuntime>(
         }
         .into());
     }
-    let operand = |context: &mut Context<CubeFusionHandle<R>>, tensor: &TensorIr| Operand {
-        handle: context
-            .handles
-            .get_handle(&tensor.id, &TensorStatus::ReadOnly),
-        shape: tensor.shape.to_vec(),
-    };
     let gate = gate.map(|t| operand(context, &t));
     if let Some(gate) = &gate {
         check_gate(gate, &problem.out_shape, problem.dtype)?;
