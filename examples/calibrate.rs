@@ -14,7 +14,8 @@
 
 use burn::prelude::*;
 use clap::Parser;
-use hypatia::kernel::{ChainPolicy, Profile, set_chain_policy};
+use hypatia::kernel::chain::ChainLimits;
+use hypatia::kernel::{ChainPolicy, GridCost, Profile, set_chain_policy};
 use std::time::Instant;
 
 #[allow(dead_code)] // the per-dtype plumbing is bench_infer's and bench_train's
@@ -114,21 +115,32 @@ fn calibrate<F: burn_cubecl::FloatElement>(args: &Args, mut profile: Profile) ->
         let base = one.us - profile.step_us;
         let chained = t(&narrow(4), 1, ChainPolicy::Always);
         report("4 layers 1x64x64, chained", &chained);
-        profile.chain_launch_us = chained.us - base;
         let wide = t(&[1024; 5], 1, ChainPolicy::Always);
         report("4 layers 1x1024x1024, chained", &wide);
-        let wide4 = t(&[1024; 5], 4, ChainPolicy::Always);
-        report("4 layers 4x1024x1024, chained", &wide4);
-        let bytes = (4 * 1024 * 1025 * size) as f64;
-        profile.chain_cube_bytes_per_us = bytes / (wide.us - chained.us).max(1.0);
-        // Four rows cost four times the FLOPs for the same bytes: a lower bound of the rate.
-        let flops = 2.0 * 4.0 * 4.0 * 1024.0 * 1024.0;
-        profile.chain_cube_mflop_per_us = flops / 1e6 / (wide4.us - chained.us).max(1.0);
+        let client = <Runtime as cubecl::Runtime>::client(&Default::default());
+        if ChainLimits::of(&client).grid {
+            // The grid-wide kernel: 4 waves of 1024-wide items at 1 row, 8 a layer at 64 rows.
+            let tall = t(&[1024; 5], 64, ChainPolicy::Always);
+            report("4 layers 64x1024x1024, chained", &tall);
+            let wave_us = ((tall.us - wide.us) / 28.0).max(0.1);
+            profile.grid = Some(GridCost {
+                launch_us: (wide.us - base - 4.0 * wave_us).max(1.0),
+                wave_us,
+            });
+        } else {
+            profile.chain_launch_us = chained.us - base;
+            let wide4 = t(&[1024; 5], 4, ChainPolicy::Always);
+            report("4 layers 4x1024x1024, chained", &wide4);
+            let bytes = (4 * 1024 * 1025 * size) as f64;
+            profile.chain_cube_bytes_per_us = bytes / (wide.us - chained.us).max(1.0);
+            let flops = 2.0 * 4.0 * 4.0 * 1024.0 * 1024.0;
+            profile.chain_cube_mflop_per_us = flops / 1e6 / (wide4.us - chained.us).max(1.0);
+            profile.grid = None;
+        }
         let stream = t(&[4096, 4096], 1, ChainPolicy::Never);
         report("1 layer 1x4096x4096", &stream);
         profile.bytes_per_us = (4096 * 4096 * size) as f64 / (stream.us - one.us).max(1.0);
         profile.name = args.name.clone();
-        let client = <Runtime as cubecl::Runtime>::client(&Default::default());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         profile.parallel_cubes = (client.properties().hardware)
             .num_streaming_multiprocessors

@@ -1,9 +1,14 @@
-//! The Hopper `wgmma` kernel against a float64 host reference, on raw device buffers (no Burn
-//! tensors, so no default-dtype lock): every tiling, bf16 and f16, odd and tile-sized shapes,
-//! k tails and pipeline wrap-around, rank-3 input, transposed weight, transposed input (a
-//! weight gradient `xᵀ·dy`), the relu-backward gate and the plain epilogue, NaN/±Inf,
-//! poisoned outputs. Built with `--features cuda`; on a device without `sm_90` it checks nothing and
-//! says so.
+//! The CUDA C++ kernels against a float64 host reference, on raw device buffers (no Burn
+//! tensors, so no default-dtype lock).
+//!
+//! - The Hopper `wgmma` kernel: every tiling, bf16 and f16, odd and tile-sized shapes, k tails
+//!   and pipeline wrap-around, rank-3 input, transposed weight, transposed input (a weight
+//!   gradient `xᵀ·dy`), the relu-backward gate and the plain epilogue, NaN/±Inf, poisoned
+//!   outputs. On a device without `sm_90` it checks nothing and says so.
+//! - The grid-wide MLP chain (any CUDA device): 1 to 4 layers, 1 to 64 rows, odd widths (one
+//!   element per load), pitched and rank-3 input, with and without bias, NaN/±Inf.
+//!
+//! Built with `--features cuda`.
 #![cfg(feature = "cuda")]
 
 use burn::backend::cuda::CudaDevice;
@@ -13,11 +18,12 @@ use burn_std::{Metadata, Shape, Strides};
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use half::{bf16, f16};
-use hypatia::kernel::Epilogue;
+use hypatia::kernel::chain::{ChainLayer, ChainLimits, check_chain, grid};
 use hypatia::kernel::hopper::{
     WGMMA_TILINGS, WGMMA_TMA_STORE_TILINGS, WgmmaTiling, launch, supported,
 };
 use hypatia::kernel::tensor_core::LinearArgs;
+use hypatia::kernel::{Epilogue, Operand};
 
 /// One problem: `x` of shape `lead ++ [m, k]`, `w` `[k, n]`.
 #[derive(Clone, Copy, Debug)]
@@ -234,6 +240,12 @@ struct Device {
 }
 
 impl Device {
+    fn cuda() -> Self {
+        let device = CudaDevice::default();
+        let client = CudaRuntime::client(&device);
+        Self { client, device }
+    }
+
     /// The default CUDA device, if it runs the kernel (says so on stderr when it does not).
     fn hopper() -> Option<Self> {
         let device = CudaDevice::default();
@@ -242,7 +254,7 @@ impl Device {
             eprintln!("no sm_90 device: the wgmma kernel is not exercised here");
             return None;
         }
-        Some(Self { client, device })
+        Some(Self::cuda())
     }
 
     fn upload<H: Half>(
@@ -262,9 +274,13 @@ impl Device {
     }
 
     fn download(&self, tensor: &CubeTensor<CudaRuntime>) -> Vec<u16> {
+        self.read(tensor.handle.clone())
+    }
+
+    fn read(&self, handle: cubecl::server::Handle) -> Vec<u16> {
         let bytes = self
             .client
-            .read_one(tensor.handle.clone())
+            .read_one(handle)
             .expect("the kernel ran without a device error");
         bytes
             .chunks_exact(2)
@@ -478,4 +494,185 @@ fn wgmma_declines_what_it_cannot_run() {
     };
     let err = launch(WGMMA_TILINGS[0], &gateless).unwrap_err();
     assert!(err.contains("gate"), "{err}");
+}
+
+/// One grid-chain case: `x` of shape `lead ++ [m, widths[0]]`, each layer `widths[i] →
+/// widths[i + 1]`, relu on every layer but the last.
+#[derive(Clone, Copy, Debug)]
+struct ChainCase {
+    lead: usize,
+    m: usize,
+    widths: &'static [usize],
+    bias: bool,
+    specials: bool,
+    /// Elements of padding after each row of `x`.
+    x_pad: usize,
+}
+
+const fn chain_case(m: usize, widths: &'static [usize]) -> ChainCase {
+    ChainCase {
+        lead: 1,
+        m,
+        widths,
+        bias: true,
+        specials: false,
+        x_pad: 0,
+    }
+}
+
+const CHAIN_CASES: [ChainCase; 9] = [
+    chain_case(1, &[784, 512, 512, 10]),
+    chain_case(8, &[784, 512, 512, 10]),
+    chain_case(33, &[784, 512, 512, 10]),
+    chain_case(64, &[1024, 1024, 1024, 1024, 1024]),
+    ChainCase {
+        bias: false,
+        ..chain_case(17, &[33, 17, 9, 5])
+    },
+    ChainCase {
+        specials: true,
+        ..chain_case(17, &[64, 64, 64])
+    },
+    ChainCase {
+        x_pad: 8,
+        lead: 3,
+        ..chain_case(5, &[40, 24, 8])
+    },
+    chain_case(3, &[16, 1000]),
+    chain_case(2, &[1000, 24, 1]),
+];
+
+/// Runs one chain case on the grid-wide kernel; returns a description of the first failure.
+fn run_chain<H: Half>(dev: &Device, c: ChainCase) -> Result<(), String> {
+    let rows = c.lead * c.m;
+    let k0 = c.widths[0];
+    let round = |v: &[f64]| v.iter().map(|&v| H::round(v)).collect::<Vec<u16>>();
+    let mut x = values(rows * k0, 11 + k0 as u64);
+    if c.specials {
+        x[3] = f64::NAN;
+        x[5 * k0 + 1] = f64::INFINITY;
+        x[7 * k0 + 2] = f64::NEG_INFINITY;
+    }
+    let xb = round(&x);
+    let pitch = k0 + c.x_pad;
+    let mut x_storage = vec![0x7FC1u16; rows * pitch];
+    for r in 0..rows {
+        x_storage[r * pitch..r * pitch + k0].copy_from_slice(&xb[r * k0..(r + 1) * k0]);
+    }
+    let mut x_shape = vec![c.m, k0];
+    let mut x_strides = vec![pitch, 1];
+    if c.lead > 1 {
+        x_shape.insert(0, c.lead);
+        x_strides.insert(0, c.m * pitch);
+    }
+    let x_operand = Operand {
+        handle: dev
+            .upload::<H>(&x_storage, x_shape.clone(), x_strides.clone())
+            .into(),
+        shape: x_shape.clone(),
+    };
+    let layer_count = c.widths.len() - 1;
+    let mut weights = Vec::new();
+    for i in 0..layer_count {
+        let (k, n) = (c.widths[i], c.widths[i + 1]);
+        // Scaled by 1/√k, as initialisers do, so that sums stay within f16's range.
+        let scale = 1.0 / (k as f64).sqrt();
+        let w: Vec<f64> = values(k * n, 20 + i as u64)
+            .iter()
+            .map(|v| v * scale)
+            .collect();
+        let w = round(&w);
+        let b = round(&values(n, 30 + i as u64));
+        let w_op = Operand {
+            handle: dev.upload::<H>(&w, vec![k, n], vec![n, 1]).into(),
+            shape: vec![k, n],
+        };
+        let b_op = Operand {
+            handle: dev.upload::<H>(&b, vec![n], vec![1]).into(),
+            shape: vec![n],
+        };
+        weights.push((w, b, w_op, b_op));
+    }
+    let epilogue = |i: usize| {
+        if i + 1 < layer_count {
+            Epilogue::Relu
+        } else {
+            Epilogue::Identity
+        }
+    };
+    let layers: Vec<ChainLayer<'_, CudaRuntime>> = (weights.iter().enumerate())
+        .map(|(i, (_, _, w, b))| ChainLayer {
+            w,
+            bias: c.bias.then_some(b),
+            epilogue: epilogue(i),
+        })
+        .collect();
+    let shapes: Vec<_> = (layers.iter())
+        .map(|l| {
+            let bias = l.bias.map(|b| b.shape.as_slice());
+            (l.w.shape.as_slice(), bias, H::DTYPE, l.epilogue)
+        })
+        .collect();
+    let limits = ChainLimits::of(&dev.client);
+    let problem = check_chain((&x_shape, &x_strides, H::DTYPE), &shapes, limits)
+        .map_err(|e| format!("check_chain: {e}"))?;
+    if !problem.grid {
+        return Err("the device does not run the grid-wide kernel".into());
+    }
+    // Poison: a freed NaN buffer of the output's size, which the allocator hands out next.
+    let n_last = c.widths[layer_count];
+    drop(
+        dev.client
+            .create_from_slice(&vec![0xC1u8; rows * n_last * 2]),
+    );
+    let outputs = grid::launch(&problem, &x_operand, &layers)?;
+
+    // Reference: f64 products, each hidden layer rounded to the storage type as stored.
+    let mut h: Vec<f64> = xb.iter().map(|&v| H::value(v)).collect();
+    for (i, (w, b, _, _)) in weights.iter().enumerate() {
+        let (k, n) = (c.widths[i], c.widths[i + 1]);
+        let mut next = vec![0.0f64; rows * n];
+        for r in 0..rows {
+            for j in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|kk| h[r * k + kk] * H::value(w[kk * n + j]))
+                    .sum();
+                let v = dot + if c.bias { H::value(b[j]) } else { 0.0 };
+                let v = if epilogue(i) == Epilogue::Relu && v <= 0.0 {
+                    0.0
+                } else {
+                    v
+                };
+                // Every layer's output is stored in the storage type.
+                next[r * n + j] = H::value(H::round(v));
+            }
+        }
+        h = next;
+    }
+    compare::<H>("out", &dev.read(outputs.out.handle.clone()), &h)
+}
+
+#[test]
+fn grid_chain_matches_f64_reference() {
+    let dev = Device::cuda();
+    if !grid::supported(&dev.client) {
+        eprintln!("the device does not run the grid-wide chain: not exercised here");
+        return;
+    }
+    let mut failures = Vec::new();
+    for c in CHAIN_CASES {
+        for (dtype, result) in [
+            (DType::BF16, run_chain::<bf16>(&dev, c)),
+            (DType::F16, run_chain::<f16>(&dev, c)),
+        ] {
+            if let Err(e) = result {
+                failures.push(format!("{dtype:?} {c:?}: {e}"));
+            }
+        }
+        // Twice in a row: the barrier counters were left zeroed by the first launch.
+        if let Err(e) = run_chain::<bf16>(&dev, c) {
+            failures.push(format!("second bf16 run {c:?}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

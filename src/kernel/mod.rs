@@ -7,6 +7,8 @@
 
 #[allow(missing_docs)] // #[cube] generates an undocumented expand module.
 pub mod chain;
+#[cfg(feature = "cuda")]
+mod cuda;
 #[allow(missing_docs)]
 mod epilogue;
 mod error;

@@ -2,13 +2,14 @@
 //!
 //! A roofline with launch costs: a launch costs its host and launch time, plus the larger of
 //! its FLOPs over the measured throughput and its bytes over the measured bandwidth. The
-//! MLP-chain kernel is modelled per cube (one cube streams every weight for its rows), since
-//! a chain runs few cubes. The numbers come from `examples/calibrate.rs` on the device; a
+//! portable MLP-chain kernel is modelled per cube (one cube streams every weight for its
+//! rows), since it runs few cubes; CUDA's grid-wide chain kernel by waves of work items per
+//! layer ([`GridCost`]). The numbers come from `examples/calibrate.rs` on the device; a
 //! profile is plain data (serde), loaded from `HYPATIA_PROFILE=<file.json>` or chosen by
 //! device kind.
 //!
 //! ```
-//! use hypatia::kernel::chain::{ChainLimits, check_chain};
+//! use hypatia::kernel::chain::{ChainLimits, ChainProblem, check_chain};
 //! use hypatia::kernel::{Epilogue, Profile};
 //! use burn_backend::DType;
 //! let profile = Profile::hopper();
@@ -24,6 +25,9 @@
 //! // 784→512→512→10: one cube streaming 1.3 MB loses to three launches on all 132 SMs.
 //! let mnist = mlp(1, &[[784, 512], [512, 512], [512, 10]]);
 //! assert!(profile.chain_time(&mnist) > profile.layers_time(&mnist));
+//! // CUDA's grid-wide kernel spreads each layer over every SM: there one launch wins.
+//! let grid = ChainProblem { grid: true, ..mnist };
+//! assert!(profile.chain_time(&grid) < profile.layers_time(&grid));
 //! ```
 
 use super::chain::ChainProblem;
@@ -53,6 +57,20 @@ pub struct Profile {
     pub chain_cube_mflop_per_us: f64,
     /// Cubes that run at once (streaming multiprocessors).
     pub parallel_cubes: usize,
+    /// The grid-wide chain kernel's costs, where it runs (CUDA).
+    #[serde(default)]
+    pub grid: Option<GridCost>,
+}
+
+/// What the grid-wide MLP-chain kernel (CUDA) costs: each layer's work items (up to 8 rows ×
+/// one 16-byte vector of columns) run [`Profile::parallel_cubes`] at a time, and each such
+/// wave ends in a grid barrier or the next wave.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GridCost {
+    /// Host and launch time of one launch, µs.
+    pub launch_us: f64,
+    /// Time of one wave of work items of a layer (weight loads, reduction, barrier), µs.
+    pub wave_us: f64,
 }
 
 impl Profile {
@@ -69,6 +87,12 @@ impl Profile {
             chain_cube_bytes_per_us: 26_700.0,
             chain_cube_mflop_per_us: 0.072,
             parallel_cubes: 132,
+            // The grid-wide chain kernel, calibrated 2026-11-24 (second calibrate run of
+            // `benches/results/nvidia-h100-chain.md`'s grid section).
+            grid: Some(GridCost {
+                launch_us: 80.0,
+                wave_us: 2.6,
+            }),
         }
     }
 
@@ -85,6 +109,7 @@ impl Profile {
             chain_cube_bytes_per_us: 356.0,
             chain_cube_mflop_per_us: 0.00026,
             parallel_cubes: 2,
+            grid: None,
         }
     }
 
@@ -135,9 +160,16 @@ impl Profile {
             .sum()
     }
 
-    /// Predicted µs of the chain as one MLP-chain launch: each cube streams every weight and
-    /// computes its rows.
+    /// Predicted µs of the chain as one MLP-chain launch: on the grid-wide kernel, waves of
+    /// work items per layer; otherwise each cube streams every weight and computes its rows.
     pub fn chain_time(&self, chain: &ChainProblem) -> f64 {
+        if let (true, Some(grid)) = (chain.grid, self.grid) {
+            let layers = chain.widths[1..].iter();
+            let waves: f64 = layers
+                .filter_map(|&n| self.grid_layer_time(chain.m, n, chain.dtype))
+                .sum();
+            return grid.launch_us + waves;
+        }
         let layers = chain.widths.windows(2);
         let stream: f64 = layers
             .map(|w| self.chain_layer_time(chain.m, chain.rows, w[0], w[1], chain.dtype))
@@ -155,6 +187,17 @@ impl Profile {
             (bytes / self.chain_cube_bytes_per_us).max(flops / 1e6 / self.chain_cube_mflop_per_us);
         let waves = m.div_ceil(rows).div_ceil(self.parallel_cubes.max(1)) as f64;
         waves * cube
+    }
+
+    /// Predicted µs one layer of `n` outputs over `m` rows adds to a grid-wide chain launch:
+    /// its waves of work items (up to 8 rows × one 16-byte column vector each). `None` where
+    /// the grid-wide kernel does not run.
+    pub fn grid_layer_time(&self, m: usize, n: usize, dtype: DType) -> Option<f64> {
+        let grid = self.grid?;
+        let rows = m.next_power_of_two().min(8);
+        let columns = (16 / dtype.size()).max(1);
+        let items = n.div_ceil(columns) * m.div_ceil(rows);
+        Some(items.div_ceil(self.parallel_cubes.max(1)) as f64 * grid.wave_us)
     }
 
     /// Whether `chain` should run as one launch.
@@ -175,6 +218,7 @@ mod tests {
             dtype: DType::BF16,
             rows: m.next_power_of_two().min(4),
             units: 1024,
+            grid: false,
         }
     }
 
@@ -195,8 +239,36 @@ mod tests {
             let wide = mlp(64, &[1024, 1024, 1024, 1024]);
             assert!(!profile.prefers_chain(&wide), "{}", profile.name);
         }
-        // Measured on the H100: the 784→512→512→10 MLP runs faster layer by layer.
-        assert!(!Profile::hopper().prefers_chain(&mlp(1, &[784, 512, 512, 10])));
+        // Measured on the H100: the 784→512→512→10 MLP runs faster layer by layer on one
+        // cube per row block, and faster chained on the grid-wide kernel.
+        let mnist = mlp(1, &[784, 512, 512, 10]);
+        assert!(!Profile::hopper().prefers_chain(&mnist));
+        let grid = ChainProblem {
+            grid: true,
+            ..mnist
+        };
+        assert!(Profile::hopper().prefers_chain(&grid));
+        assert!(!Profile::lavapipe().prefers_chain(&ChainProblem {
+            grid: true,
+            ..mlp(64, &[1024; 5])
+        }));
+    }
+
+    #[test]
+    fn grid_waves_grow_with_rows_and_width() {
+        let profile = Profile::hopper();
+        let time = |m, widths: &[usize]| {
+            profile.chain_time(&ChainProblem {
+                grid: true,
+                ..mlp(m, widths)
+            })
+        };
+        // 64 16-byte column vectors of bf16 per 512-wide layer: one wave each at 1 row.
+        let wave = profile.grid.unwrap().wave_us;
+        let launch = profile.grid.unwrap().launch_us;
+        assert_eq!(time(1, &[784, 512, 512, 10]), launch + 3.0 * wave);
+        // 64 rows: 8 row groups × 128 vectors of a 1024-wide layer = 8 waves of 132.
+        assert_eq!(time(64, &[1024, 1024]), launch + 8.0 * wave);
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl CostFunction<TensorLang> for CostModel {
 ///
 /// A fused node costs one layer launch ([`Profile::layer_time`]); a `chain-*` node costs what
 /// its layer adds to the chain's launch (every cube streams the layer's weights and computes
-/// its rows) plus half of what a chain launch costs over a layer launch (a three-layer chain
+/// its rows; on the grid-wide kernel, the layer's waves of work items) plus half of what a chain launch costs over a layer launch (a three-layer chain
 /// has two chained nodes). Narrow layers therefore extract as chains and wide ones layer by
 /// layer:
 ///
@@ -115,16 +115,23 @@ impl CostFunction<TensorLang> for CostModel {
 ///     let layer1 = format!("(relu (add (matmul {x} t2:bf16:{k}x{n}) t3:bf16:{n}))");
 ///     format!("(relu (add (matmul {layer1} t4:bf16:{n}x{n}) t5:bf16:{n}))")
 /// };
-/// let best = |expr: String| {
+/// let best = |expr: String, profile: Profile| {
 ///     let mut egraph = TensorGraph::default();
 ///     let root = egraph.add_expr(&expr.parse().unwrap());
 ///     let saturated = saturate(egraph, &Limits::default());
-///     let cost = SizedCost::new(&saturated.egraph, Profile::hopper());
+///     let cost = SizedCost::new(&saturated.egraph, profile);
 ///     egg::Extractor::new(&saturated.egraph, cost).find_best(root).1.to_string()
 /// };
-/// assert!(best(mlp(1, 64, 64)).starts_with("(chain-linear-relu"));
-/// assert!(best(mlp(1, 784, 512)).starts_with("(fused-linear-relu"));
-/// assert!(best(mlp(4096, 4096, 4096)).starts_with("(fused-linear-relu"));
+/// // The H100 with the portable chain kernel (one cube per block of rows, one SM streaming
+/// // every weight): narrow layers chain, 784→512 and 4096³ run one launch per layer.
+/// let portable = || Profile { grid: None, ..Profile::hopper() };
+/// assert!(best(mlp(1, 64, 64), portable()).starts_with("(chain-linear-relu"));
+/// assert!(best(mlp(1, 784, 512), portable()).starts_with("(fused-linear-relu"));
+/// assert!(best(mlp(4096, 4096, 4096), portable()).starts_with("(fused-linear-relu"));
+/// // With CUDA's grid-wide chain kernel, which spreads each layer over every SM, 784→512
+/// // chains too; 4096³ still does not.
+/// assert!(best(mlp(1, 784, 512), Profile::hopper()).starts_with("(chain-linear-relu"));
+/// assert!(best(mlp(4096, 4096, 4096), Profile::hopper()).starts_with("(fused-linear-relu"));
 /// ```
 pub struct SizedCost<'a> {
     egraph: &'a TensorGraph,
@@ -163,6 +170,11 @@ impl<'a> SizedCost<'a> {
             let Some((m, k, n, dtype)) = self.mkn(children[0], children[1]) else {
                 return f64::INFINITY;
             };
+            // A chained layer costs its share of the chain's launch beyond a step's, plus its
+            // stream (grid-wide kernel where the profile has one, else one cube per row block).
+            if let (Some(grid), Some(layer)) = (p.grid, p.grid_layer_time(m, n, dtype)) {
+                return layer + (grid.launch_us - p.step_us).max(0.0) / 2.0;
+            }
             let rows = m.next_power_of_two().min(MAX_CHAIN_ROWS);
             let extra_launch = (p.chain_launch_us - p.step_us).max(0.0) / 2.0;
             return p.chain_layer_time(m, rows, k, n, dtype) + extra_launch;

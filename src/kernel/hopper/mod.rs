@@ -4,8 +4,8 @@
 //! CubeCL 0.10 lowers matrix ops to `mma.sync`/`wmma` only, which caps cubek-matmul near a
 //! third of an H100's bf16 peak (`examples/matmul_strategies`). Hopper's full rate needs the
 //! asynchronous warpgroup MMA (`wgmma.mma_async`) fed from swizzled shared memory by TMA. So this
-//! one kernel is CUDA C++ ([`wgmma_linear.cu`](../../../src/kernel/hopper/wgmma_linear.cu)): a
-//! [`CubeTask`] hands CubeCL the source, and CubeCL compiles it with NVRTC (for `sm_90a`),
+//! one kernel is CUDA C++ ([`wgmma_linear.cu`](../../../src/kernel/hopper/wgmma_linear.cu)),
+//! handed to CubeCL through `kernel::cuda`: CubeCL compiles it with NVRTC (for `sm_90a`),
 //! caches it, encodes the TMA descriptors and launches it on its own stream with its own
 //! memory, like any of its kernels. It is one more candidate of the
 //! [tensor-core engine's](super::tensor_core) autotune, so it runs only where it measured
@@ -18,26 +18,18 @@
 //! is declined with a reason and another candidate runs.
 
 use super::Activation;
+use super::cuda::{CudaSource, launch_source};
 use super::tensor_core::{LinearArgs, is_aligned, is_contiguous};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
-use cubecl::cuda::{CudaCompiler, CudaComputeKernel};
 use cubecl::features::Tma;
 use cubecl::prelude::*;
 use cubecl::server::{KernelArguments, MetadataBindingInfo, TensorMapBinding, TensorMapMeta};
 use cubecl::zspace::metadata::Metadata;
-use cubecl::{CompilationError, CubeTask};
-use cubecl_cpp::shared::{Body, Elem, Flags, Item, SharedMemory};
-use cubecl_runtime::id::KernelId;
-use cubecl_runtime::kernel::{CompiledKernel, KernelMetadata};
-use cubecl_runtime::server::ComputeServer;
-use std::any::Any;
-use std::collections::HashSet;
 use std::fmt::Write;
 
 const KERNEL_SOURCE: &str = include_str!("wgmma_linear.cu");
-const ENTRY_POINT: &str = "hypatia_wgmma_linear";
 /// Rows of a CTA tile (two consumer warpgroups of 64 rows).
 const BM: usize = 128;
 /// Depth of a stage along k (one 128-byte swizzle row of 16-bit elements).
@@ -142,7 +134,18 @@ struct KernelConfig {
     activation: Activation,
 }
 
-impl KernelConfig {
+impl CudaSource for KernelConfig {
+    const ENTRY_POINT: &'static str = "hypatia_wgmma_linear";
+    const DEBUG_NAME: &'static str = "hypatia::kernel::hopper::wgmma_linear";
+
+    fn threads(&self) -> u32 {
+        THREADS
+    }
+
+    fn shared_bytes(&self) -> usize {
+        self.tiling.shared_bytes()
+    }
+
     /// The CUDA source: macros for this configuration, the generated wgmma wrapper, the kernel.
     fn source(&self) -> String {
         let (elem, elem2, pack, to_f32, ptx) = match self.half {
@@ -209,81 +212,6 @@ fn wgmma_step(bn: u32, ptx_type: &str, transpose_a: bool, transpose_b: bool) -> 
         trans_a = transpose_a as u32,
         trans_b = transpose_b as u32,
     )
-}
-
-/// Hands CubeCL the hand-written source instead of compiling a `#[cube]` function.
-struct WgmmaTask {
-    config: KernelConfig,
-}
-
-impl KernelMetadata for WgmmaTask {
-    fn id(&self) -> KernelId {
-        KernelId::new::<Self>()
-            .info(self.config)
-            .cube_dim(CubeDim::new_1d(THREADS))
-    }
-
-    fn address_type(&self) -> StorageType {
-        DType::U32.into()
-    }
-}
-
-impl CubeTask<CudaCompiler> for WgmmaTask {
-    fn compile(
-        &self,
-        _compiler: &mut CudaCompiler,
-        _options: &<CudaCompiler as cubecl::Compiler>::CompilationOptions,
-        _mode: ExecutionMode,
-        _address_type: StorageType,
-    ) -> Result<CompiledKernel<CudaCompiler>, CompilationError> {
-        let cube_dim = CubeDim::new_1d(THREADS);
-        Ok(CompiledKernel {
-            entrypoint_name: ENTRY_POINT.to_string(),
-            debug_name: Some("hypatia::kernel::hopper::wgmma_linear"),
-            source: self.config.source(),
-            repr: Some(shared_memory_repr(
-                self.config.tiling.shared_bytes(),
-                cube_dim,
-            )),
-            cube_dim,
-            debug_info: None,
-        })
-    }
-}
-
-/// The runtime reads only the dynamic shared-memory size from the compiled representation.
-fn shared_memory_repr(bytes: usize, cube_dim: CubeDim) -> CudaComputeKernel {
-    let address_type = Item::scalar(Elem::U32, true);
-    CudaComputeKernel {
-        tensor_maps: Vec::new(),
-        buffers: Vec::new(),
-        scalars: Vec::new(),
-        info: Default::default(),
-        meta_static_len: 0,
-        body: Body {
-            instructions: Vec::new(),
-            shared_memories: vec![SharedMemory::Array {
-                index: 0,
-                item: Item::scalar(Elem::U8, true),
-                length: bytes,
-                align: 1024,
-                offset: 0,
-            }],
-            pipelines: Vec::new(),
-            barriers: Vec::new(),
-            const_arrays: Vec::new(),
-            local_arrays: Vec::new(),
-            info_by_ptr: false,
-            has_dynamic_meta: false,
-            address_type,
-        },
-        cube_dim,
-        cluster_dim: None,
-        extensions: Vec::new(),
-        flags: Flags::default(),
-        items: HashSet::new(),
-        kernel_name: ENTRY_POINT.to_string(),
-    }
 }
 
 /// Whether the device runs `sm_90a` code (Hopper: TMA without Blackwell's additions).
@@ -475,12 +403,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     ];
     kernel_args.info = MetadataBindingInfo::new(data, 3);
 
-    let task: Box<dyn CubeTask<CudaCompiler>> = Box::new(WgmmaTask { config });
-    let kernel = (Box::new(task) as Box<dyn Any>)
-        .downcast::<<R::Server as ComputeServer>::Kernel>()
-        .map_err(|_| "not the CUDA runtime".to_string())?;
-    client.launch(*kernel, CubeCount::Static(ctas as u32, 1, 1), kernel_args);
-    Ok(())
+    launch_source(client, config, ctas as u32, kernel_args)
 }
 
 #[cfg(test)]

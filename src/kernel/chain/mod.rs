@@ -17,10 +17,16 @@
 //! ```
 //!
 //! The bounds ([`check_chain`]) keep the buffers within the device's shared memory (48 KiB at
-//! most). One SM streams every weight, so the chain wins only where launches cost more than
+//! most). One SM streams every weight, so this kernel wins only where launches cost more than
 //! that stream: narrow layers at small batch (measured in
-//! `benches/results/nvidia-h100-chain.md`); [`choose_chain`](super::choose_chain) predicts it
-//! from the device's [`Profile`](super::Profile), and a chain it declines runs layer by layer.
+//! `benches/results/nvidia-h100-chain.md`). On CUDA the same chains run on the grid-wide
+//! kernel instead (module `grid`, CUDA C++): each layer spread over every SM, the layers
+//! separated by a grid barrier, which CubeCL's own frontend cannot express.
+//! [`choose_chain`](super::choose_chain) predicts either from the device's
+//! [`Profile`](super::Profile), and a chain it declines runs layer by layer.
+
+#[cfg(feature = "cuda")]
+pub mod grid;
 
 use super::{Activation, Epilogue, KernelError, LinearOutputs, Operand, activate, alloc};
 use burn_backend::{DType, Shape};
@@ -356,6 +362,9 @@ pub struct ChainProblem {
     pub rows: usize,
     /// Units per cube.
     pub units: usize,
+    /// Whether it runs on the grid-wide kernel (module `grid`, CUDA only): every layer over
+    /// the whole GPU instead of one cube per block of rows.
+    pub grid: bool,
 }
 
 /// What a device allows one chain launch.
@@ -368,6 +377,8 @@ pub struct ChainLimits {
     pub shared_bytes: usize,
     /// Widest vector load (elements).
     pub max_vector: usize,
+    /// Whether the device runs the grid-wide chain kernel (CUDA only).
+    pub grid: bool,
 }
 
 impl ChainLimits {
@@ -376,6 +387,7 @@ impl ChainLimits {
         units: 256,
         shared_bytes: 32 * 1024,
         max_vector: 4,
+        grid: false,
     };
 
     /// The limits of `client`'s device.
@@ -391,7 +403,20 @@ impl ChainLimits {
             units,
             shared_bytes: hardware.max_shared_memory_size.min(MAX_CHAIN_SHARED),
             max_vector: hardware.max_vector_size.max(1),
+            grid: Self::grid_kernel(client),
         }
+    }
+}
+
+impl ChainLimits {
+    #[cfg(feature = "cuda")]
+    fn grid_kernel<R: Runtime>(client: &ComputeClient<R>) -> bool {
+        grid::supported(client)
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn grid_kernel<R: Runtime>(_client: &ComputeClient<R>) -> bool {
+        false
     }
 }
 
@@ -518,6 +543,7 @@ pub fn check_chain(
         dtype,
         rows: 1,
         units: limits.units,
+        grid: limits.grid,
     };
     // The most rows per cube, then the most units, that fit in shared memory.
     let most = m.next_power_of_two().min(MAX_CHAIN_ROWS);
@@ -560,6 +586,16 @@ fn vector_for<R: Runtime>(layers: &[ChainLayer<'_, R>], most: usize, size: usize
         .unwrap_or(1)
 }
 
+/// The distance between the rows of `x` ([`check_chain`] accepted its layout): the stride of
+/// the innermost leading dim that is not 1.
+fn row_stride<R: Runtime>(x: &Operand<R>) -> usize {
+    let rank = x.shape.len();
+    (0..rank - 1)
+        .rev()
+        .find(|&i| x.shape[i] != 1)
+        .map_or(0, |i| x.handle.strides[i])
+}
+
 /// Runs a chain that [`check_chain`] accepted with `limits` into a new contiguous output.
 pub fn launch_mlp_chain<R: Runtime>(
     problem: &ChainProblem,
@@ -567,6 +603,15 @@ pub fn launch_mlp_chain<R: Runtime>(
     x: &Operand<R>,
     layers: &[ChainLayer<'_, R>],
 ) -> LinearOutputs<R> {
+    #[cfg(feature = "cuda")]
+    if problem.grid {
+        match grid::launch(problem, x, layers) {
+            Ok(outputs) => return outputs,
+            Err(reason) => {
+                log::warn!("hypatia: grid-wide chain not run ({reason}): one cube per row block")
+            }
+        }
+    }
     let out = alloc(&x.handle, &problem.out_shape, problem.dtype);
     let client = x.handle.client.clone();
     let n_last = *problem.widths.last().expect("a chain has layers");
@@ -589,11 +634,7 @@ pub fn launch_mlp_chain<R: Runtime>(
     };
     let x_strides = &x.handle.strides;
     let rank = x.shape.len();
-    // Rows step by the stride of the innermost leading dim that is not 1.
-    let row_stride = (0..rank - 1)
-        .rev()
-        .find(|&i| x.shape[i] != 1)
-        .map_or(0, |i| x_strides[i]);
+    let row_stride = row_stride(x);
     let x_arg = view(
         &x.handle,
         [problem.m, problem.widths[0]],
@@ -692,6 +733,7 @@ mod tests {
             units: 512,
             shared_bytes: MAX_CHAIN_SHARED,
             max_vector: 4,
+            grid: false,
         };
         let x = (&[6, 1024][..], &[1024, 1][..], DType::F32);
         let wide = check_chain(x, &[layer(&[1024, 1024], true)], limits).unwrap();
