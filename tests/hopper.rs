@@ -676,3 +676,31 @@ fn grid_chain_matches_f64_reference() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Two threads (two CubeCL streams) launching grid chains at once: each launch takes items
+/// from its own counters, and none waits on blocks that another launch keeps from running.
+#[test]
+fn grid_chains_on_two_streams_complete() {
+    let dev = Device::cuda();
+    if !grid::supported(&dev.client) {
+        eprintln!("the device does not run the grid-wide chain: not exercised here");
+        return;
+    }
+    let big = chain_case(64, &[1024, 1024, 1024, 1024, 1024]);
+    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let dev = Device::cuda();
+                    (0..10).try_for_each(|_| run_chain::<bf16>(&dev, big))
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().expect("no panic"))
+            .collect()
+    });
+    for result in results {
+        result.unwrap();
+    }
+}

@@ -64,12 +64,12 @@ pub struct Profile {
 
 /// What the grid-wide MLP-chain kernel (CUDA) costs: each layer's work items (up to 8 rows ×
 /// one 16-byte vector of columns) run [`Profile::parallel_cubes`] at a time, and each such
-/// wave ends in a grid barrier or the next wave.
+/// wave ends when the next layer may start or the next wave.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GridCost {
     /// Host and launch time of one launch, µs.
     pub launch_us: f64,
-    /// Time of one wave of work items of a layer (weight loads, reduction, barrier), µs.
+    /// Time of one wave of a layer's work items (loads, reduction, waiting for the layer), µs.
     pub wave_us: f64,
 }
 

@@ -9,8 +9,11 @@
 //!
 //! - a work item is up to 8 rows × one 16-byte vector of a layer's output columns; each of a
 //!   block's 256 threads takes a slice of `k`, and the block reduces the slices;
-//! - the blocks (at most one per SM, so all are resident at once) take the items in turn,
-//!   then meet at a barrier (an atomic counter the last block resets) before the next layer;
+//! - the blocks (at most one per SM) claim items from a counter per layer, and a layer's
+//!   items start once the previous layer's are all counted done. A block waits only while
+//!   it holds no unfinished earlier item, so a launch completes even when other streams'
+//!   kernels keep some of its blocks from being resident (no co-residency is assumed, unlike
+//!   a plain grid barrier); the last block to finish resets the counters;
 //! - hidden activations go through a scratch buffer in global memory (L2), rounded to the
 //!   storage type as Burn's per-layer path stores them.
 //!
@@ -93,9 +96,9 @@ pub fn supported<R: Runtime>(client: &ComputeClient<R>) -> bool {
 }
 
 thread_local! {
-    /// Each thread's barrier counters per device: zeroed once, left zeroed by every launch.
-    /// Per thread because CubeCL gives each thread its own stream, and two launches running
-    /// at once must not share a counter.
+    /// Each thread's work counters per device (`NEXT`, `DONE` and `EXITED` in the kernel):
+    /// zeroed once, left zeroed by every launch. Per thread because CubeCL gives each thread
+    /// its own stream, and two launches running at once must not share counters.
     static COUNTERS: RefCell<HashMap<(u16, u16), Handle>> = RefCell::new(HashMap::new());
 }
 
@@ -160,7 +163,7 @@ pub fn launch<R: Runtime>(
         counters
             .borrow_mut()
             .entry((device.type_id, device.index_id))
-            .or_insert_with(|| client.create_from_slice(&[0u8; 8]))
+            .or_insert_with(|| client.create_from_slice(&[0u8; 64]))
             .clone()
     });
 

@@ -1,5 +1,5 @@
 // Hypatia's grid-wide MLP chain: up to four Linear layers in one launch, each layer spread over
-// every SM, the layers separated by a grid barrier. See grid.rs for the host side.
+// every SM, each layer starting once the previous one is done. See grid.rs for the host side.
 //
 // The host prepends: ELEM, TO_F32, FROM_F32, LOAD_X (the first layer's input load), ROWS (rows
 // per work item), LAYERS, and per layer i < LAYERS: VEC<i> (columns per work item, a vector
@@ -11,8 +11,11 @@
 // global scratch buffer (L2), rounded to ELEM as Burn's layer-by-layer path stores them, and
 // are read back bypassing L1 (__ldcg): another SM wrote them during this launch.
 //
-// Co-residency: the host launches at most one block per SM and each block fits on an SM, so
-// every block runs at once and the barrier cannot deadlock.
+// Work items are claimed from a counter per layer (atomicAdd), and a layer's items start once
+// the previous layer's have all been counted done. A block only waits while holding no
+// unfinished item of an earlier layer, and layer 0 never waits, so the launch completes
+// however few of its blocks are resident at once (another stream's kernels, or another
+// chain launch, may hold the other SMs): no co-residency is assumed.
 
 #define THREADS 256
 #define WARPS (THREADS / 32)
@@ -43,19 +46,16 @@ __device__ __forceinline__ void load_vec(const ELEM* __restrict__ p, float (&out
     for (int i = 0; i < VEC; i++) out[i] = TO_F32(e[i]);
 }
 
-// Every block arrives, then leaves once all have: `target` is the arrivals counted so far.
-__device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(counter, 1u);
-        volatile u32* c = counter;
-        while (*c < target) {
-            __nanosleep(32);
-        }
-        __threadfence();
-    }
-    __syncthreads();
+// Counters (u32, zeroed before the first launch, left zeroed by every launch): the next
+// unclaimed item of layer i, the items of layer i done, and the blocks that finished.
+#define NEXT(c, i) ((c) + (i))
+#define DONE(c, i) ((c) + 4 + (i))
+#define EXITED(c) ((c) + 8)
+
+// Items of a layer of `n` outputs over `m` rows.
+template <int VEC>
+__device__ __forceinline__ u32 layer_items(u32 m, u32 n) {
+    return (n / VEC) * ((m + ROWS - 1) / ROWS);
 }
 
 // One step of the warp reduction below: lanes `STEP` apart each keep one half of their first
@@ -86,12 +86,25 @@ __device__ __forceinline__ void chain_layer(
     const ELEM* __restrict__ b,
     ELEM* out, u32 out_row,
     u32 m, u32 k, u32 n,
-    float* red) {
+    u32* next, u32* done, const u32* before, u32 before_items,
+    float* red, u32* slot) {
     const u32 groups = n / VEC;
-    const u32 items = groups * ((m + ROWS - 1) / ROWS);
+    const u32 items = layer_items<VEC>(m, n);
     const u32 warp = threadIdx.x >> 5;
     const u32 lane = threadIdx.x & 31;
-    for (u32 item = blockIdx.x; item < items; item += gridDim.x) {
+    __syncthreads(); // every thread has read `slot` for the previous layer
+    if (threadIdx.x == 0) {
+        // Claim first (it does not depend on the data), then wait for the layer before.
+        const u32 first = atomicAdd(next, 1u);
+        if (before != nullptr) {
+            volatile const u32* d = before;
+            while (*d < before_items) __nanosleep(32);
+            __threadfence();
+        }
+        *slot = first;
+    }
+    __syncthreads();
+    for (u32 item = *slot; item < items; item = *slot) {
         const u32 c0 = (item % groups) * VEC;
         const u32 r0 = (item / groups) * ROWS;
         constexpr int NV = ROWS * VEC;
@@ -144,6 +157,12 @@ __device__ __forceinline__ void chain_layer(
             }
         }
         __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence(); // the item's stores are visible before it counts as done
+            atomicAdd(done, 1u);
+            *slot = atomicAdd(next, 1u);
+        }
+        __syncthreads();
     }
 }
 
@@ -158,43 +177,50 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_grid_chain(
     u32* counter,
     const __grid_constant__ Params p) {
     __shared__ float red[WARPS * ROWS * 16];
+    __shared__ u32 slot;
     ELEM* h0 = scratch;
     ELEM* h1 = scratch + (size_t)p.m * p.hidden;
-    const u32 g = gridDim.x;
+    u32* c = counter;
 #if LAYERS == 1
     chain_layer<VEC0, ACT0, BIAS0, 1>(x, p.x_row, p.x_col, w0, p.w_row[0], b0, out, p.n[0],
-                                      p.m, p.k[0], p.n[0], red);
+                                      p.m, p.k[0], p.n[0], NEXT(c, 0), DONE(c, 0), nullptr, 0,
+                                      red, &slot);
 #else
     chain_layer<VEC0, ACT0, BIAS0, 1>(x, p.x_row, p.x_col, w0, p.w_row[0], b0, h0, p.hidden,
-                                      p.m, p.k[0], p.n[0], red);
-    grid_barrier(counter, g);
+                                      p.m, p.k[0], p.n[0], NEXT(c, 0), DONE(c, 0), nullptr, 0,
+                                      red, &slot);
+    const u32 items0 = layer_items<VEC0>(p.m, p.n[0]);
 #if LAYERS == 2
     chain_layer<VEC1, ACT1, BIAS1, 0>(h0, p.hidden, 1, w1, p.w_row[1], b1, out, p.n[1],
-                                      p.m, p.k[1], p.n[1], red);
+                                      p.m, p.k[1], p.n[1], NEXT(c, 1), DONE(c, 1), DONE(c, 0),
+                                      items0, red, &slot);
 #else
     chain_layer<VEC1, ACT1, BIAS1, 0>(h0, p.hidden, 1, w1, p.w_row[1], b1, h1, p.hidden,
-                                      p.m, p.k[1], p.n[1], red);
-    grid_barrier(counter, 2 * g);
+                                      p.m, p.k[1], p.n[1], NEXT(c, 1), DONE(c, 1), DONE(c, 0),
+                                      items0, red, &slot);
+    const u32 items1 = layer_items<VEC1>(p.m, p.n[1]);
 #if LAYERS == 3
     chain_layer<VEC2, ACT2, BIAS2, 0>(h1, p.hidden, 1, w2, p.w_row[2], b2, out, p.n[2],
-                                      p.m, p.k[2], p.n[2], red);
+                                      p.m, p.k[2], p.n[2], NEXT(c, 2), DONE(c, 2), DONE(c, 1),
+                                      items1, red, &slot);
 #else
     chain_layer<VEC2, ACT2, BIAS2, 0>(h1, p.hidden, 1, w2, p.w_row[2], b2, h0, p.hidden,
-                                      p.m, p.k[2], p.n[2], red);
-    grid_barrier(counter, 3 * g);
+                                      p.m, p.k[2], p.n[2], NEXT(c, 2), DONE(c, 2), DONE(c, 1),
+                                      items1, red, &slot);
+    const u32 items2 = layer_items<VEC2>(p.m, p.n[2]);
     chain_layer<VEC3, ACT3, BIAS3, 0>(h0, p.hidden, 1, w3, p.w_row[3], b3, out, p.n[3],
-                                      p.m, p.k[3], p.n[3], red);
+                                      p.m, p.k[3], p.n[3], NEXT(c, 3), DONE(c, 3), DONE(c, 2),
+                                      items2, red, &slot);
+#endif
 #endif
 #endif
     // The last block to finish leaves the counters zeroed for the next launch: every block
-    // has passed every barrier by then, so none still reads them.
+    // has made its last claim by then, so none still reads them.
     if (threadIdx.x == 0) {
         __threadfence();
-        if (atomicAdd(counter + 1, 1u) == g - 1) {
-            counter[0] = 0;
-            counter[1] = 0;
+        if (atomicAdd(EXITED(c), 1u) == gridDim.x - 1) {
+            for (int i = 0; i < 9; i++) c[i] = 0;
             __threadfence();
         }
     }
-#endif
 }

@@ -21,7 +21,7 @@
 //! that stream: narrow layers at small batch (measured in
 //! `benches/results/nvidia-h100-chain.md`). On CUDA the same chains run on the grid-wide
 //! kernel instead (module `grid`, CUDA C++): each layer spread over every SM, the layers
-//! separated by a grid barrier, which CubeCL's own frontend cannot express.
+//! separated by a grid-wide wait, which CubeCL's own frontend cannot express.
 //! [`choose_chain`](super::choose_chain) predicts either from the device's
 //! [`Profile`](super::Profile), and a chain it declines runs layer by layer.
 
