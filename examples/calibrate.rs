@@ -1,7 +1,8 @@
 //! Measures this device's [`hypatia::kernel::Profile`]: what a fused layer launch, an MLP-chain
-//! launch, a chain cube's weight stream and the per-layer kernels cost here, from forwards of
-//! small MLPs through `Hypatia<B>` (medians of `--runs` forward + `sync`). Writes the profile as
-//! JSON for `HYPATIA_PROFILE`, and prints each measurement.
+//! launch (on CUDA the grid-wide kernel's launch and waves, elsewhere a chain cube's weight
+//! stream) and the per-layer kernels cost here, from forwards of small MLPs through
+//! `Hypatia<B>` (medians of `--runs` forward + `sync`). Writes the profile as JSON for
+//! `HYPATIA_PROFILE`, and prints each measurement.
 //!
 //! ```text
 //! cargo run --release --features cuda --example calibrate -- --dtype bf16 --out profile.json
