@@ -30,7 +30,7 @@
 //! assert!(profile.chain_time(&grid) < profile.layers_time(&grid));
 //! ```
 
-use super::chain::ChainProblem;
+use super::chain::{ChainProblem, grid_item};
 use burn_backend::DType;
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
@@ -194,8 +194,7 @@ impl Profile {
     /// the grid-wide kernel does not run.
     pub fn grid_layer_time(&self, m: usize, n: usize, dtype: DType) -> Option<f64> {
         let grid = self.grid?;
-        let rows = m.next_power_of_two().min(8);
-        let columns = (16 / dtype.size()).max(1);
+        let (rows, columns) = grid_item(m, dtype);
         let items = n.div_ceil(columns) * m.div_ceil(rows);
         Some(items.div_ceil(self.parallel_cubes.max(1)) as f64 * grid.wave_us)
     }

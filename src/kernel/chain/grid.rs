@@ -19,7 +19,7 @@
 //!
 //! It takes every chain [`check_chain`](super::check_chain) accepts.
 
-use super::{ChainLayer, ChainProblem};
+use super::{ChainLayer, ChainProblem, grid_item};
 use crate::kernel::cuda::{CudaSource, is_cuda, launch_source, pack_words};
 use crate::kernel::{Activation, LinearOutputs, Operand, alloc};
 use burn_backend::DType;
@@ -32,8 +32,6 @@ use std::fmt::Write;
 
 const KERNEL_SOURCE: &str = include_str!("grid_chain.cu");
 const THREADS: u32 = 256;
-/// Most rows of one work item (registers: rows × vector accumulators a thread).
-pub const GRID_ROWS: usize = 8;
 
 /// Everything that changes the generated source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,7 +117,7 @@ pub fn launch<R: Runtime>(
     }
     let size = problem.dtype.size();
     let m = problem.m;
-    let rows = m.next_power_of_two().min(GRID_ROWS);
+    let (rows, most) = grid_item(m, problem.dtype);
     let mut config = GridConfig {
         dtype: problem.dtype,
         layers: count,
@@ -139,7 +137,7 @@ pub fn launch<R: Runtime>(
         {
             return Err("weight rows and biases must be contiguous".into());
         }
-        config.vector[i] = super::vector_for(std::slice::from_ref(layer), 16 / size, size);
+        config.vector[i] = super::vector_for(std::slice::from_ref(layer), most, size);
         config.activation[i] = layer.epilogue.activation();
         config.bias[i] = layer.bias.is_some();
         w_row[i] = layer.w.handle.strides[r - 2] as u32;

@@ -51,6 +51,20 @@ pub const MAX_CHAIN_ROWS: usize = 4;
 /// tensor-core kernels win.
 pub const MAX_CHAIN_M: usize = 64;
 
+/// Rows of one work item of the grid-wide kernel (CUDA; its threads keep rows × vector
+/// accumulators in registers). Here, not in `grid`, because the cost model predicts the
+/// kernel on every build.
+pub const GRID_ROWS: usize = 8;
+
+/// Rows and columns (one vector of at most 16 bytes) of one grid-wide work item over `m`
+/// rows of `dtype`: the columns are the most a layer's weights allow.
+pub fn grid_item(m: usize, dtype: DType) -> (usize, usize) {
+    (
+        m.next_power_of_two().min(GRID_ROWS),
+        (16 / dtype.size()).max(1),
+    )
+}
+
 /// Compile-time layout of one chain launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ChainFlags {
