@@ -75,8 +75,9 @@ impl WgmmaTiling {
         } else {
             0
         };
-        // 1 KiB to align the first stage, then two mbarriers per stage.
-        1024 + self.stages as usize * (stage + 16) + staging
+        // 1 KiB to align the first stage, two mbarriers per stage, and each consumer's copy of
+        // its tile's bias (f32).
+        1024 + self.stages as usize * (stage + 16) + staging + 2 * self.bn as usize * 4
     }
 }
 

@@ -145,6 +145,84 @@ __device__ __forceinline__ void tile_origin(u32 t, u32 tiles_m, u32 tiles_n, u32
     n0 = (in_group / rows) * BN;
 }
 
+// The epilogue of one consumer's 64 × BN tile (rows from m0), from its accumulators: thread
+// (warp w, lane l) holds rows 16w + l/4 (+8) and, per 8 columns j, columns 8j + 2(l%4) (+1).
+// GATED (relu's backward) is a template argument so that the gate loads sit unconditionally in
+// one block, where they can be issued ahead of their use; under a run-time branch per column
+// group each load was waited on alone.
+template <bool GATED>
+__device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* bias_s, u32 m0,
+                                         u32 n0, u32 warp, u32 lane, ELEM* out, ELEM* pre,
+                                         const ELEM* __restrict__ gate, const Params& p,
+                                         bool write_pre, u32 c_tile) {
+    const u32 row_local0 = warp * 16 + lane / 4;
+    const u32 row0 = m0 + row_local0;
+    // Column groups per batch of gate loads: all of a batch's loads are issued before the first
+    // is used (32 registers), so a tile waits on BN / 64 load latencies, not on BN / 8.
+    constexpr int BATCH = 8;
+#pragma unroll
+    for (int j0 = 0; j0 < BN / 8; j0 += BATCH) {
+        float g[BATCH][4];
+        if (GATED) {
+#pragma unroll
+            for (int jj = 0; jj < BATCH; ++jj) {
+                const u32 col = n0 + (j0 + jj) * 8 + (lane % 4) * 2;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 row = row0 + h * 8;
+                    // Lanes outside the output read element 0; their values are not stored.
+                    const unsigned long long idx =
+                        row < p.m && col < p.n ? (unsigned long long)row * p.n + col : 0;
+                    g[jj][h * 2] = TO_F32(gate[idx]);
+                    g[jj][h * 2 + 1] = TO_F32(gate[idx + 1]);
+                }
+            }
+        }
+#pragma unroll
+        for (int jj = 0; jj < BATCH; ++jj) {
+            const int j = j0 + jj;
+            const u32 col_local = j * 8 + (lane % 4) * 2;
+            const u32 col = n0 + col_local;
+            const float b0 = bias_s[col_local];
+            const float b1 = bias_s[col_local + 1];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32 row = row0 + h * 8;
+                const bool inside = row < p.m && col < p.n;
+                float v0 = d[j * 4 + h * 2] + b0;
+                float v1 = d[j * 4 + h * 2 + 1] + b1;
+                const unsigned long long idx = (unsigned long long)row * p.n + col;
+                if (write_pre && inside) {
+                    *reinterpret_cast<ELEM2*>(pre + idx) = PACK2(v0, v1);
+                }
+                v0 = activate(v0, ACT, p.alpha, p.beta);
+                v1 = activate(v1, ACT, p.alpha, p.beta);
+                if (GATED) {
+                    // Relu's backward: zero where the forward's pre-activation is <= 0 (a NaN
+                    // gate keeps the value, like Burn's mask_fill).
+                    v0 = g[jj][h * 2] <= 0.0f ? 0.0f : v0;
+                    v1 = g[jj][h * 2 + 1] <= 0.0f ? 0.0f : v1;
+                }
+                ELEM2 packed = PACK2(v0, v1);
+#if TMA_STORE
+                // Box col_local / 64 of [64 rows][128 bytes], 16-byte chunks XOR row % 8.
+                const u32 r = row_local0 + h * 8;
+                const u32 c = col_local % 64;
+                const u32 addr = c_tile + (col_local / 64) * (64 * 128) + r * 128
+                    + (((c / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
+                asm volatile("st.shared.b32 [%0], %1;"
+                             :: "r"(addr), "r"(*reinterpret_cast<u32*>(&packed)) : "memory");
+#else
+                (void)c_tile;
+                if (inside) {
+                    *reinterpret_cast<ELEM2*>(out + idx) = packed;
+                }
+#endif
+            }
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     const __grid_constant__ CUtensorMap tm_a,
     const __grid_constant__ CUtensorMap tm_b,
@@ -219,6 +297,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
         // One branch per warpgroup role, so that ptxas applies setmaxnreg.
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const u32 cw = wg - 1;
+        // This consumer's copy of its tile's bias (BN floats), after the barriers.
+        float* bias_s = reinterpret_cast<float*>(smem_raw + (empty + STAGES * 8 - raw)) + cw * BN;
         const u32 t128 = tid % 128;
         const u32 warp = t128 / 32;
         const u32 lane = t128 % 32;
@@ -233,6 +313,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) {
                 d[i] = 0.0f;
+            }
+            // Two bias values per thread, loaded now so that their latency hides under the
+            // MMAs: loaded in the epilogue, each column group waited on its own load.
+            float bias0 = 0.0f;
+            float bias1 = 0.0f;
+            if (has_bias && 2 * t128 < BN && n0 + 2 * t128 < p.n) {
+                bias0 = TO_F32(bias[n0 + 2 * t128]);
+                bias1 = TO_F32(bias[n0 + 2 * t128 + 1]);
             }
             for (u32 kt = 0; kt < k_tiles; ++kt, ++it) {
                 const u32 s = it % STAGES;
@@ -266,61 +354,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 mbar_arrive(empty + ((it - 1) % STAGES) * 8);
             }
 
-            // Epilogue from the accumulators: thread (warp w, lane l) holds rows 16w + l/4 (+8) and,
-            // per 8 columns j, columns 8j + 2(l%4) (+1).
+            // This tile's bias, loaded before its MMAs, goes to shared memory for the epilogue.
+            // The barrier before the write also orders it after the previous tile's reads
+            // (and, with TMA_STORE, after the previous tile's store has read its staging).
 #if TMA_STORE
             const u32 c_tile = c_base + cw * C_BYTES;
-            // The previous tile's store must have read the staging buffer before it is rewritten.
             if (t128 == 0) {
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             }
-            asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
-#endif
-            const u32 row_local0 = warp * 16 + lane / 4;
-            const u32 row0 = m0 + cw * 64 + row_local0;
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const u32 col_local = j * 8 + (lane % 4) * 2;
-                const u32 col = n0 + col_local;
-                float b0 = 0.0f;
-                float b1 = 0.0f;
-                if (has_bias && col < p.n) {
-                    b0 = TO_F32(bias[col]);
-                    b1 = TO_F32(bias[col + 1]);
-                }
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const u32 row = row0 + h * 8;
-                    const bool inside = row < p.m && col < p.n;
-                    float v0 = d[j * 4 + h * 2] + b0;
-                    float v1 = d[j * 4 + h * 2 + 1] + b1;
-                    const unsigned long long idx = (unsigned long long)row * p.n + col;
-                    if (write_pre && inside) {
-                        *reinterpret_cast<ELEM2*>(pre + idx) = PACK2(v0, v1);
-                    }
-                    v0 = activate(v0, ACT, p.alpha, p.beta);
-                    v1 = activate(v1, ACT, p.alpha, p.beta);
-                    if (gated && inside) {
-                        // Relu's backward: zero where the forward's pre-activation is <= 0
-                        // (a NaN gate keeps the value, like Burn's mask_fill).
-                        v0 = TO_F32(gate[idx]) <= 0.0f ? 0.0f : v0;
-                        v1 = TO_F32(gate[idx + 1]) <= 0.0f ? 0.0f : v1;
-                    }
-                    ELEM2 packed = PACK2(v0, v1);
-#if TMA_STORE
-                    // Box col_local / 64 of [64 rows][128 bytes], 16-byte chunks XOR row % 8.
-                    const u32 r = row_local0 + h * 8;
-                    const u32 c = col_local % 64;
-                    const u32 addr = c_tile + (col_local / 64) * (64 * 128) + r * 128
-                        + (((c / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
-                    asm volatile("st.shared.b32 [%0], %1;"
-                                 :: "r"(addr), "r"(*reinterpret_cast<u32*>(&packed)) : "memory");
 #else
-                    if (inside) {
-                        *reinterpret_cast<ELEM2*>(out + idx) = packed;
-                    }
+            const u32 c_tile = 0;
 #endif
-                }
+            asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
+            if (2 * t128 < BN) {
+                bias_s[2 * t128] = bias0;
+                bias_s[2 * t128 + 1] = bias1;
+            }
+            asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
+            if (gated) {
+                epilogue<true>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate, p,
+                               write_pre, c_tile);
+            } else {
+                epilogue<false>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate, p,
+                                write_pre, c_tile);
             }
 #if TMA_STORE
             // Make the staged tile visible to the TMA unit, then one thread stores it (clipped to
