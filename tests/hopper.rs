@@ -20,7 +20,7 @@ use cubecl::prelude::*;
 use half::{bf16, f16};
 use hypatia::kernel::chain::{ChainLayer, ChainLimits, check_chain, grid};
 use hypatia::kernel::hopper::{
-    WGMMA_TILINGS, WGMMA_TMA_STORE_TILINGS, WgmmaTiling, launch, supported,
+    WGMMA_FORCED_TILINGS, WGMMA_TILINGS, WgmmaTiling, launch, supported,
 };
 use hypatia::kernel::tensor_core::LinearArgs;
 use hypatia::kernel::{Epilogue, Operand};
@@ -438,7 +438,7 @@ fn compare<H: Half>(what: &str, got: &[u16], reference: &[f64]) -> Result<(), St
 
 fn check_all<H: Half>(dev: &Device) {
     let mut failures = Vec::new();
-    for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_TMA_STORE_TILINGS) {
+    for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS) {
         for c in CASES {
             if let Err(e) = run::<H>(dev, tiling, c) {
                 failures.push(format!("{:?} {}: {c:?}: {e}", H::DTYPE, tiling.name()));

@@ -455,13 +455,13 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
     }
     #[cfg(feature = "cuda")]
     {
-        use super::hopper::{WGMMA_TILINGS, WGMMA_TMA_STORE_TILINGS, launch};
+        use super::hopper::{WGMMA_FORCED_TILINGS, WGMMA_TILINGS, launch};
         for tiling in WGMMA_TILINGS {
             list.push(Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
                 launch(tiling, &args)
             }));
         }
-        for tiling in WGMMA_TMA_STORE_TILINGS {
+        for tiling in WGMMA_FORCED_TILINGS {
             list.push(Entry {
                 tuned: false,
                 ..Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
