@@ -2,9 +2,12 @@
 //! `Autodiff<Hypatia<B>>` vs `Autodiff<B>` (Burn's fusion on), side by side in one process per
 //! dtype. Medians of `--runs` timed batches of `--steps` steps, every gradient kept alive until
 //! `sync`, after a warm-up that lets autotune settle; the two backends' batches alternate, so
-//! the machine's drift (clocks, other load) hits both alike. Memory: the device's bytes in use at the
-//! step's high points (after the forward, with the activations autodiff keeps, and after the
-//! backward, with every gradient) above what was in use before the step.
+//! the machine's drift (clocks, other load) hits both alike. Memory, over one step each: the
+//! device's bytes in use at the step's high points (after the forward, with the activations
+//! autodiff keeps, and after the backward, with every gradient) above what was in use before
+//! the step, and the peak: the allocator's pages reserved after the step above those reserved
+//! after a cleanup just before it (temporaries freed inside the backward count there; page-
+//! granular, so 0 where they fit in pages the model's tensors already hold).
 //!
 //! ```text
 //! cargo run --release --features cuda --example bench_train -- --dtypes f32,bf16 --json out.json
@@ -20,7 +23,7 @@ use std::time::Instant;
 #[path = "common/bench.rs"]
 mod bench;
 use bench::runtime::*;
-use bench::{Mlp, PerDtype, median, rows_for, write_json};
+use bench::{Mlp, PerDtype, median, memory, rows_for, write_json};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -44,19 +47,13 @@ struct Args {
     no_header: bool,
 }
 
-fn bytes_in_use(device: &<Runtime as cubecl::Runtime>::Device) -> u64 {
-    use cubecl::Runtime as _;
-    Runtime::client(device)
-        .memory_usage()
-        .map_or(0, |u| u.bytes_in_use)
-}
-
 /// One backend's training step on one MLP, ready to time.
 struct Bench {
     /// Runs `--steps` steps, syncs once: (ms per step, ms per step before the sync).
     batch: Box<dyn FnMut() -> (f64, f64)>,
-    /// One step at a time, sampled at its high points: MiB above what was in use before.
-    memory: Box<dyn FnMut() -> f64>,
+    /// One step: MiB in use at its high points above what was in use before, and MiB of pages
+    /// reserved after it above those reserved after a cleanup (its peak).
+    memory: Box<dyn FnMut() -> (f64, f64)>,
 }
 
 /// Builds `Autodiff<B>`'s model and data for `spec` and returns its [`Bench`].
@@ -102,15 +99,18 @@ where
     let memory_device: <Runtime as cubecl::Runtime>::Device = device.into();
     let memory = move || {
         sync();
-        let before = bytes_in_use(&memory_device);
+        let (before, reserved_before) = memory::cleanup(&memory_device);
         let loss = loss();
         sync();
-        let forward = bytes_in_use(&memory_device);
+        let (forward, _) = memory::usage(&memory_device);
         let grads = loss.backward();
         sync();
-        let backward = bytes_in_use(&memory_device);
+        let (backward, reserved) = memory::usage(&memory_device);
         drop(grads);
-        forward.max(backward).saturating_sub(before) as f64 / (1 << 20) as f64
+        (
+            memory::mib(forward.max(backward).saturating_sub(before)),
+            memory::mib(reserved.saturating_sub(reserved_before)),
+        )
     };
     Bench {
         batch: Box::new(batch_ms),
@@ -126,6 +126,11 @@ struct Row {
     burn_ms: f64,
     hypatia_mib: f64,
     burn_mib: f64,
+    /// Peak of a step: MiB of allocator pages reserved above those left after a cleanup.
+    #[serde(default)]
+    hypatia_peak_mib: f64,
+    #[serde(default)]
+    burn_peak_mib: f64,
     /// Fused steps per training step: forward linear-relu, relu gradients, plain matmuls.
     fused_per_step: [f64; 3],
 }
@@ -187,15 +192,15 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         // One step each, after the timing: the markers on stderr delimit one steady-state step
         // of each backend in logs such as CubeCL's kernel log or BURN_FUSION_LOG.
         eprintln!("bench_train: memory step: hypatia");
-        let hypatia_mib = (hypatia.memory)();
+        let (hypatia_mib, hypatia_peak_mib) = (hypatia.memory)();
         eprintln!("bench_train: memory step: burn");
-        let burn_mib = (burn.memory)();
+        let (burn_mib, burn_peak_mib) = (burn.memory)();
         eprintln!("bench_train: memory step: end");
         let flops =
             6.0 * (spec[0] * (spec[1] * spec[2] + spec[2] * spec[2] + spec[2] * spec[3])) as f64;
         let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;
         println!(
-            "{mlp:<22} {dtype:>5} {hypatia_ms:>9.4} {burn_ms:>9.4} {:>7.2}x {:>7.1} {:>7.1} {hypatia_mib:>9.1} {burn_mib:>9.1}  {:.1}/{:.1}/{:.1}",
+            "{mlp:<22} {dtype:>5} {hypatia_ms:>9.4} {burn_ms:>9.4} {:>7.2}x {:>7.1} {:>7.1} {hypatia_mib:>9.1} {burn_mib:>9.1} {hypatia_peak_mib:>9.1} {burn_peak_mib:>9.1}  {:.1}/{:.1}/{:.1}",
             burn_ms / hypatia_ms,
             tflops(hypatia_ms),
             tflops(burn_ms),
@@ -210,6 +215,8 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             burn_ms,
             hypatia_mib,
             burn_mib,
+            hypatia_peak_mib,
+            burn_peak_mib,
             fused_per_step,
         });
     }
@@ -227,7 +234,7 @@ fn main() {
     let args = Args::parse();
     if !args.no_header {
         println!(
-            "{:<22} {:>5} {:>9} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9}  fused/step (linear-relu/relu-grad/matmul)",
+            "{:<22} {:>5} {:>9} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  fused/step (linear-relu/relu-grad/matmul)",
             "batch:d_in:hidden:d_out",
             "dtype",
             "hypatia",
@@ -236,7 +243,9 @@ fn main() {
             "TF/s hy",
             "TF/s bu",
             "MiB hy",
-            "MiB bu"
+            "MiB bu",
+            "peak hy",
+            "peak bu"
         );
     }
     let rows = rows_for(&args.dtypes, &args);

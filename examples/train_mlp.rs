@@ -1,8 +1,8 @@
 //! Train an MLP on a synthetic classification task with `Autodiff<Hypatia<B>>`, save it with
 //! Burn's recorder, reload it and run inference with `Hypatia<B>`, then print what Hypatia
-//! fused. Each epoch reports its mean step time; the end reports the device memory high-water
-//! of a training step. The loss curve goes to `<out-dir>/loss.png`, the model to
-//! `<out-dir>/model.mpk` (read by `infer_mlp`).
+//! fused. Each epoch reports its mean step time; the end reports a training step's device
+//! memory: in use at its high points, and its peak (allocator pages reserved). The loss curve
+//! goes to `<out-dir>/loss.png`, the model to `<out-dir>/model.mpk` (read by `infer_mlp`).
 //!
 //! ```text
 //! cargo run --release --example train_mlp              # wgpu: any GPU, or the CPU via lavapipe
@@ -47,12 +47,14 @@ struct Args {
     json: bool,
 }
 
-/// Bytes the device's allocator has handed out and not yet taken back.
-fn bytes_in_use(device: &burn::tensor::Device<B>) -> u64 {
+/// Bytes the device's allocator has handed out and not yet taken back, and bytes of the pages
+/// it holds (at least as many: freed tensors' pages stay reserved until a cleanup, so the pages
+/// reserved after a step bound its peak, the backward's temporaries included).
+fn memory_usage(device: &burn::tensor::Device<B>) -> (u64, u64) {
     use cubecl::Runtime as _;
     Runtime::client(device)
         .memory_usage()
-        .map_or(0, |u| u.bytes_in_use)
+        .map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved))
 }
 
 /// The mean training loss of each epoch, as a line chart.
@@ -101,9 +103,18 @@ fn main() {
     let batches = train.len().div_ceil(args.batch_size);
     let start = Instant::now();
     T::sync(&device).expect("device work finished");
-    // Memory held before the first step (the model, the optimizer has no state yet).
-    let baseline = bytes_in_use(&device);
-    let mut high_water = 0u64;
+    // Memory held before the first step (the model, the optimizer has no state yet), with the
+    // allocator's free pages given back first so that what it reserves later is the steps'.
+    {
+        use cubecl::Runtime as _;
+        Runtime::client(&device).memory_cleanup();
+    }
+    let baseline = memory_usage(&device);
+    let mut high_water = (0u64, 0u64);
+    let sample = |high: &mut (u64, u64)| {
+        let (in_use, reserved) = memory_usage(&device);
+        *high = (high.0.max(in_use), high.1.max(reserved));
+    };
     let mut epoch_losses = Vec::new();
     for epoch in 1..=args.epochs {
         let bar = ProgressBar::new(batches as u64).with_style(
@@ -120,11 +131,11 @@ fn main() {
             let loss = loss_fn.forward(logits.clone(), y.clone());
             // Reading the loss runs the forward: the activations autodiff keeps are alive.
             loss_sum += loss.clone().into_scalar().elem::<f32>();
-            high_water = high_water.max(bytes_in_use(&device));
+            sample(&mut high_water);
             acc_sum += accuracy(logits, y);
             let grads = loss.backward();
             T::sync(&device).expect("device work finished");
-            high_water = high_water.max(bytes_in_use(&device));
+            sample(&mut high_water);
             let grads = GradientsParams::from_grads(grads, &model);
             model = optim.step(3e-3, model, grads);
             bar.set_message(format!("loss {:.4}", loss_sum / (b + 1) as f32));
@@ -139,10 +150,13 @@ fn main() {
             epoch_start.elapsed().as_secs_f64() * 1e3 / batches as f64
         );
     }
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
     println!(
-        "trained in {:.1}s; device memory of a step (high-water above the model): {:.2} MiB",
+        "trained in {:.1}s; device memory of a step above the model: {:.2} MiB in use at its \
+         high points, {:.2} MiB peak (allocator pages reserved)",
         start.elapsed().as_secs_f32(),
-        high_water.saturating_sub(baseline) as f64 / (1 << 20) as f64
+        mib(high_water.0.saturating_sub(baseline.0)),
+        mib(high_water.1.saturating_sub(baseline.1)),
     );
 
     let model = model.valid(); // Mlp<Hypatia<Inner>>: inference without autodiff
