@@ -23,7 +23,9 @@ use std::time::Instant;
 #[path = "common/bench.rs"]
 mod bench;
 use bench::runtime::*;
-use bench::{Mlp, PerDtype, median, memory, rows_for, write_json};
+use bench::{Mlp, PerDtype, median, rows_for, write_json};
+#[path = "common/memory.rs"]
+mod memory;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -99,13 +101,13 @@ where
     let memory_device: <Runtime as cubecl::Runtime>::Device = device.into();
     let memory = move || {
         sync();
-        let (before, reserved_before) = memory::cleanup(&memory_device);
+        let (before, reserved_before) = memory::cleanup::<Runtime>(&memory_device);
         let loss = loss();
         sync();
-        let (forward, _) = memory::usage(&memory_device);
+        let (forward, _) = memory::usage::<Runtime>(&memory_device);
         let grads = loss.backward();
         sync();
-        let (backward, reserved) = memory::usage(&memory_device);
+        let (backward, reserved) = memory::usage::<Runtime>(&memory_device);
         drop(grads);
         (
             memory::mib(forward.max(backward).saturating_sub(before)),

@@ -9,6 +9,8 @@
 //! cargo run --release --features cuda --example train_mlp -- --json
 //! ```
 
+#[path = "common/memory.rs"]
+mod memory;
 #[path = "common/mlp.rs"]
 mod mlp;
 
@@ -45,16 +47,6 @@ struct Args {
     /// Print the fusion stats as one JSON line at the end.
     #[arg(long)]
     json: bool,
-}
-
-/// Bytes the device's allocator has handed out and not yet taken back, and bytes of the pages
-/// it holds (at least as many: freed tensors' pages stay reserved until a cleanup, so the pages
-/// reserved after a step bound its peak, the backward's temporaries included).
-fn memory_usage(device: &burn::tensor::Device<B>) -> (u64, u64) {
-    use cubecl::Runtime as _;
-    Runtime::client(device)
-        .memory_usage()
-        .map_or((0, 0), |u| (u.bytes_in_use, u.bytes_reserved))
 }
 
 /// The mean training loss of each epoch, as a line chart.
@@ -105,14 +97,10 @@ fn main() {
     T::sync(&device).expect("device work finished");
     // Memory held before the first step (the model, the optimizer has no state yet), with the
     // allocator's free pages given back first so that what it reserves later is the steps'.
-    {
-        use cubecl::Runtime as _;
-        Runtime::client(&device).memory_cleanup();
-    }
-    let baseline = memory_usage(&device);
+    let baseline = memory::cleanup::<Runtime>(&device);
     let mut high_water = (0u64, 0u64);
     let sample = |high: &mut (u64, u64)| {
-        let (in_use, reserved) = memory_usage(&device);
+        let (in_use, reserved) = memory::usage::<Runtime>(&device);
         *high = (high.0.max(in_use), high.1.max(reserved));
     };
     let mut epoch_losses = Vec::new();
@@ -150,13 +138,12 @@ fn main() {
             epoch_start.elapsed().as_secs_f64() * 1e3 / batches as f64
         );
     }
-    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
     println!(
         "trained in {:.1}s; device memory of a step above the model: {:.2} MiB in use at its \
          high points, {:.2} MiB peak (allocator pages reserved)",
         start.elapsed().as_secs_f32(),
-        mib(high_water.0.saturating_sub(baseline.0)),
-        mib(high_water.1.saturating_sub(baseline.1)),
+        memory::mib(high_water.0.saturating_sub(baseline.0)),
+        memory::mib(high_water.1.saturating_sub(baseline.1)),
     );
 
     let model = model.valid(); // Mlp<Hypatia<Inner>>: inference without autodiff

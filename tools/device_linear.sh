@@ -25,9 +25,7 @@ for step in ${STEPS:-ncu f16 f32}; do
       grep -v "^json" $OUT/torch_$step.txt | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'
       cat $OUT/bench_$step.txt ;;
     train)
-      mkdir -p target && [ -f autotune.tgz ] && tar xzf autotune.tgz -C target
       timeout ${TRAIN_TIMEOUT:-500} ./bench_train --dtypes ${DTYPES:-bf16} --mlps ${MLPS:-8192:1024:4096:1024} --runs ${RUNS:-5} --steps ${TSTEPS:-5} --json $OUT/train.json > $OUT/train.txt 2> $OUT/train.err
-      [ -d target/autotune ] && tar czf $OUT/autotune.tgz -C target autotune
       [ -n "${NO_TORCH:-}" ] || python3 torch_ref.py train --dtypes ${DTYPES:-bf16} > $OUT/torch_train.txt 2>&1
       grep -v "^json" $OUT/torch_train.txt 2>/dev/null
       cat $OUT/train.txt; tail -3 $OUT/train.err ;;
