@@ -210,6 +210,7 @@ struct Row {
 }
 
 fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
+    bench::start_services::<F>();
     let device = burn::tensor::Device::<PlainOf<F>>::default();
     let dtype = format!("{:?}", F::dtype()).to_lowercase();
     for shape in args.shapes.split(',') {
@@ -238,6 +239,11 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                 "split",
                 count(&after, |p| p.split) - count(&before, |p| p.split),
             ),
+            // Burn's own fused matmul, where the race against it measured it faster.
+            (
+                "burn-fused",
+                count(&after, |p| p.burn_fused) - count(&before, |p| p.burn_fused),
+            ),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -253,9 +259,13 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         .join("+");
         let mut candidates = Vec::new();
         for name in args.candidates.split(',').filter(|c| !c.is_empty()) {
+            // A forced candidate is Hypatia's kernel: not raced against Burn's fused matmul.
+            let race = hypatia::kernel::race_policy();
+            hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never);
             hypatia::kernel::tensor_core::force_candidate(Some(name));
             let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args).ms;
             hypatia::kernel::tensor_core::force_candidate(None);
+            hypatia::kernel::set_race_policy(race);
             let ran = hypatia::kernel::tensor_core::last_candidate::<Runtime>().unwrap_or_default();
             let note = if ran == name {
                 String::new()

@@ -26,6 +26,12 @@ pub struct PatternStats {
     pub verified: u64,
     /// Plans that ran Burn's ops instead, by reason (checked at run time).
     pub fallbacks: BTreeMap<String, u64>,
+    /// Real shapes at which a step was timed against Burn's own fused matmul for its ops and
+    /// a winner chosen (see [`crate::runtime::race`]).
+    pub raced: u64,
+    /// Steps run as Burn's own fused matmul for their ops: while racing, and where it won.
+    /// Not counted in [`Self::steps`]: no Hypatia kernel ran.
+    pub burn_fused: u64,
 }
 
 impl PatternStats {

@@ -2,6 +2,9 @@
 //! the first tensor created on it, so f16 cannot share a process with the f32 suite.
 #![allow(dead_code)] // the shared helpers serve several binaries
 
+/// This binary's float type: the device's first tensor fixes it (Burn 0.21).
+type Float = burn::tensor::f16;
+
 #[path = "suite/check.rs"]
 mod check;
 #[path = "suite/common.rs"]

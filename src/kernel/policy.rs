@@ -164,3 +164,51 @@ pub fn choose_chain<R: Runtime>(chain: &ChainProblem, client: &ComputeClient<R>)
         }
     }
 }
+
+/// Whether a fused step is raced against Burn's own fused matmul for the same ops.
+///
+/// burn-fusion keys plans on relative shapes, so the plan cannot know whether its kernel beats
+/// Burn's at the real ones. Where Burn's `MatmulFuser` takes exactly a step's ops, the step holds
+/// that optimization too, times both at each new real shape (after one warm-up run of each) and
+/// runs the faster from then on (see `runtime::race`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RacePolicy {
+    /// Race where the step runs on the tensor-core engine (the device has matrix units for the
+    /// dtype and no execution is forced): there Hypatia replaces Burn's matmul, and there the
+    /// never-slower promise is measured (the default).
+    Auto,
+    /// Race every step that has Burn's alternative, whatever the device.
+    Always,
+    /// Always run Burn's alternative where a step has one (benchmarks, tests).
+    Burn,
+    /// Never race: Hypatia's kernels run every step.
+    Never,
+}
+
+static RACE_POLICY: AtomicU8 = AtomicU8::new(u8::MAX);
+
+/// Sets the race policy for the whole process. Without a call,
+/// `HYPATIA_RACE=auto|always|burn|never` decides, and `Auto` if unset.
+pub fn set_race_policy(policy: RacePolicy) {
+    RACE_POLICY.store(policy as u8, Ordering::Relaxed);
+}
+
+/// The race policy in force.
+pub fn race_policy() -> RacePolicy {
+    match RACE_POLICY.load(Ordering::Relaxed) {
+        0 => RacePolicy::Auto,
+        1 => RacePolicy::Always,
+        2 => RacePolicy::Burn,
+        3 => RacePolicy::Never,
+        _ => {
+            let policy = match std::env::var("HYPATIA_RACE").as_deref() {
+                Ok("always") => RacePolicy::Always,
+                Ok("burn") => RacePolicy::Burn,
+                Ok("never") => RacePolicy::Never,
+                _ => RacePolicy::Auto,
+            };
+            set_race_policy(policy);
+            policy
+        }
+    }
+}

@@ -2,7 +2,7 @@
 
 use super::{HypatiaOptimization, HypatiaRuntime};
 use burn_cubecl::CubeRuntime;
-use burn_cubecl_fusion::optim::CubeOptimization;
+use burn_cubecl_fusion::optim::{CubeOptimization, matmul::MatmulOptimization};
 use burn_cubecl_fusion::{CubeFusionHandle, FallbackOperation};
 use burn_fusion::stream::{Context, OrderedExecution};
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser, UnfusedOp};
@@ -87,4 +87,19 @@ pub(crate) fn execute_burn<R: CubeRuntime>(
         CubeOptimization::Reduce(op) => op.execute(context, fallback),
         CubeOptimization::ReduceBroadcasted(op) => op.execute(context, fallback),
     }
+}
+
+/// Runs Burn's matmul optimization for block ops starting at `first_op` (a step's ops inside a
+/// Hypatia block: see [`super::race`]).
+pub(crate) fn execute_burn_at<R: CubeRuntime>(
+    optimization: &mut MatmulOptimization<R>,
+    first_op: usize,
+    context: &mut Context<CubeFusionHandle<R>>,
+    execution: &OrderedExecution<HypatiaRuntime<R>>,
+) {
+    optimization.execute(context, |index: usize| -> Box<dyn FallbackOperation<R>> {
+        Box::new(UnfusedFallback {
+            operation: execution.operation_within_optimization(first_op + index),
+        })
+    });
 }

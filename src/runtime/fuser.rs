@@ -1,6 +1,6 @@
 //! [`HypatiaFuser`]: feeds the window to capture → rewrite → plan and claims what it plans.
 
-use super::{HypatiaOptimization, LinearOptimization};
+use super::{HypatiaOptimization, LinearOptimization, race};
 use crate::capture::{Canonical, CapturedOp, OpKind, Window};
 use crate::kernel::{ExecutionPolicy, execution_policy, has_matrix_units};
 use crate::plan::{Claim, Plan, PlanOptions, dump, plan_window};
@@ -45,6 +45,8 @@ pub struct HypatiaFuser<R: CubeRuntime> {
     /// Whether the device has matrix units (then Hypatia's engine may beat Burn's matmul).
     matrix_units: bool,
     window: Window,
+    /// The ops as fed (relative), from which Burn's alternatives of the claimed steps are built.
+    ops: Vec<OperationIr>,
     /// The window in canonical form, grown with it: the plan cache's key.
     canonical: Canonical,
     /// The device's key in [`stats`], formatted once.
@@ -61,6 +63,7 @@ impl<R: CubeRuntime> Clone for HypatiaFuser<R> {
             device: self.device.clone(),
             matrix_units: self.matrix_units,
             window: self.window.clone(),
+            ops: self.ops.clone(),
             canonical: self.canonical.clone(),
             device_key: self.device_key.clone(),
             claim: self.claim.clone(),
@@ -80,6 +83,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             device_key: stats::device_key(&device),
             device,
             window: Window::new(),
+            ops: Vec::new(),
             canonical: Canonical::new(),
             claim: None,
             status: FuserStatus::Open,
@@ -138,6 +142,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
     /// [`OperationFuser::fuse`] on an open fuser.
     fn fuse_open(&mut self, operation: &OperationIr) {
         self.window.push(operation);
+        self.ops.push(operation.clone());
         let index = self.window.len() - 1;
         let op = &self.window.ops()[index];
         self.canonical.push(index, op);
@@ -289,12 +294,18 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
             .claim
             .as_ref()
             .expect("finish is only called on a ready fuser");
-        HypatiaOptimization::Linear(LinearOptimization::new(plan.clone(), self.device.clone()))
+        let alternatives = race::alternatives::<R>(plan, &self.ops, &self.device);
+        HypatiaOptimization::Linear(LinearOptimization::with_alternatives(
+            plan.clone(),
+            alternatives,
+            self.device.clone(),
+        ))
     }
 
     fn reset(&mut self) {
         self.report_busy();
         self.window = Window::new();
+        self.ops.clear();
         self.canonical = Canonical::new();
         self.claim = None;
         self.status = FuserStatus::Open;

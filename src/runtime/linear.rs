@@ -2,6 +2,7 @@
 
 use super::HypatiaRuntime;
 use super::chain::{ChainRun, run_chain};
+use super::race::{Alternative, AlternativeState, Forced, Side, Turn, racing, settle};
 use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
 use crate::fallback::{
     FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused,
@@ -20,6 +21,7 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_ir::{ScalarIr, TensorIr, TensorStatus};
+use cubecl::prelude::ComputeClient;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
@@ -32,6 +34,8 @@ pub struct LinearOptimization<R: CubeRuntime> {
     checks: Vec<StepCheck>,
     /// The plan's chained runs, and what their executions established.
     chains: Vec<ChainCheck>,
+    /// Per step of the plan: Burn's own fused matmul for its ops, raced against it.
+    alternatives: Vec<Option<Alternative<R>>>,
     _runtime: PhantomData<R>,
 }
 
@@ -74,8 +78,20 @@ struct StepCheck {
 impl<R: CubeRuntime> LinearOptimization<R> {
     /// An optimization running `plan` on `device`.
     pub fn new(plan: impl Into<Arc<Plan>>, device: R::Device) -> Self {
+        Self::with_alternatives(plan, Vec::new(), device)
+    }
+
+    /// An optimization running `plan` on `device`, racing its steps against Burn's
+    /// `alternatives` (one per step; missing ones are `None`).
+    pub fn with_alternatives(
+        plan: impl Into<Arc<Plan>>,
+        mut alternatives: Vec<Option<Alternative<R>>>,
+        device: R::Device,
+    ) -> Self {
         let plan: Arc<Plan> = plan.into();
+        alternatives.resize_with(plan.steps.len(), || None);
         Self {
+            alternatives,
             checks: vec![StepCheck::default(); plan.steps.len()],
             chains: (plan.chains(MAX_CHAIN_LAYERS).into_iter())
                 .map(|range| ChainCheck {
@@ -93,6 +109,12 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     /// The plan it runs.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// Burn's alternatives of its steps, as states.
+    pub fn alternative_states(&self) -> Vec<Option<AlternativeState>> {
+        let state = |a: &Option<Alternative<R>>| a.as_ref().map(Alternative::to_state);
+        self.alternatives.iter().map(state).collect()
     }
 
     /// Runs the plan: each fused step as one kernel, unless its checks fail, then its ops.
@@ -122,19 +144,34 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             run_unfused(0..self.plan.len, context, execution);
             return;
         }
-        let plan = self.plan.clone();
         let mut index = 0;
-        while index < plan.steps.len() {
+        while index < self.plan.steps.len() {
             if let Some(end) = self.try_chain(index, context, execution) {
                 index = end;
                 continue;
             }
-            let (step, check) = (&plan.steps[index], &mut self.checks[index]);
+            match self.race_turn(index, context) {
+                Some(race) => self.run_raced(index, race, context, execution),
+                None => self.run_step(index, context, execution),
+            }
             index += 1;
+        }
+    }
+
+    /// Runs step `index` on Hypatia's side: its kernel, or Burn's ops where that cannot run.
+    fn run_step(
+        &mut self,
+        index: usize,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<HypatiaRuntime<R>>,
+    ) {
+        let plan = self.plan.clone();
+        let (step, check) = (&plan.steps[index], &mut self.checks[index]);
+        {
             let fused = match step {
                 Step::Run(index) => {
                     run_unfused([*index], context, execution);
-                    continue;
+                    return;
                 }
                 Step::Fused(fused) => fused,
             };
@@ -182,6 +219,98 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 }
             }
         }
+    }
+}
+
+/// A step's race at this execution: its real shape, its turn, and the device to time on.
+struct RaceRun<R: CubeRuntime> {
+    key: Vec<usize>,
+    turn: Turn,
+    forced: Forced,
+    client: ComputeClient<R>,
+}
+
+impl<R: CubeRuntime> LinearOptimization<R> {
+    /// Step `index`'s turn in its race against Burn's fused matmul, if it races now: it has an
+    /// alternative, its kernel is not broken, and the policy races its dtype on this device.
+    fn race_turn(
+        &self,
+        index: usize,
+        context: &Context<CubeFusionHandle<R>>,
+    ) -> Option<RaceRun<R>> {
+        let alternative = self.alternatives.get(index)?.as_ref()?;
+        let Step::Fused(fused) = &self.plan.steps[index] else {
+            return None;
+        };
+        if self.checks[index].broken.is_some() {
+            return None;
+        }
+        let [x, w] = [fused.x, fused.w].map(|r| real_tensor(context, &r.id));
+        let client = context.handles.get_handle_ref(&x.id)?.client.clone();
+        let forced = racing(&client, x.dtype)?;
+        let mut key = Vec::with_capacity(x.shape.len() + w.shape.len() + 1);
+        key.push(x.shape.len());
+        key.extend(x.shape.iter().chain(w.shape.iter()));
+        let turn = match forced {
+            Forced::Burn => Turn {
+                side: Side::Burn,
+                timed: false,
+            },
+            Forced::No => alternative.turn(&key),
+        };
+        Some(RaceRun {
+            key,
+            turn,
+            forced,
+            client,
+        })
+    }
+
+    /// Runs step `index` on the side its race gives it, timing the run when the race asks.
+    fn run_raced(
+        &mut self,
+        index: usize,
+        race: RaceRun<R>,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<HypatiaRuntime<R>>,
+    ) {
+        let start = race.turn.timed.then(|| settle(&race.client));
+        match race.turn.side {
+            Side::Hypatia => self.run_step(index, context, execution),
+            Side::Burn => {
+                let alternative = self.alternatives[index].as_mut();
+                alternative
+                    .expect("a racing step has an alternative")
+                    .run(context, execution);
+            }
+        }
+        let elapsed = start.map(|start| settle(&race.client) - start);
+        let Step::Fused(fused) = &self.plan.steps[index] else {
+            return;
+        };
+        let pattern = fused.pattern();
+        let alternative = self.alternatives[index].as_mut();
+        let decided = match race.forced {
+            Forced::Burn => None,
+            Forced::No => alternative
+                .expect("a racing step has an alternative")
+                .record(&race.key, race.turn, elapsed),
+        };
+        if let Some((winner, [hypatia, burn])) = decided {
+            log::debug!(
+                "hypatia: {pattern} at {:?} runs {} from now on ({hypatia:.1} µs Hypatia, {burn:.1} µs Burn's fused matmul)",
+                race.key,
+                match winner {
+                    Side::Hypatia => "Hypatia's kernel",
+                    Side::Burn => "Burn's fused matmul",
+                }
+            );
+        }
+        stats::record(&self.device_key, |s| {
+            let counters = stats::pattern(s, pattern);
+            counters.raced += decided.is_some() as u64;
+            counters.burn_fused += (race.turn.side == Side::Burn) as u64;
+        });
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`HypatiaRuntime`] lists [`HypatiaFuser`] first and Burn's four fusers after it (adapted by
 //! [`BurnFuser`]), so Burn keeps fusing what Hypatia leaves alone. The fuser's `finish` is where
 //! capture → rewrite → plan runs; [`LinearOptimization`] executes a plan (kernel, or fallback).
+//! [`race`] times a step against Burn's own fused matmul where the real shapes could favour it.
 //! Pitfall: burn-fusion caches optimizations by relative window and replays them without
 //! calling any fuser, so an optimization must read real shapes and scalars from the context.
 
@@ -11,6 +12,7 @@ mod chain;
 mod fuser;
 mod linear;
 mod optimization;
+pub mod race;
 
 pub use burn::*;
 pub use fuser::*;

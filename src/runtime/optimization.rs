@@ -1,5 +1,6 @@
 //! [`HypatiaRuntime`] and the optimization enum it runs.
 
+use super::race::{Alternative, AlternativeState};
 use super::{BurnFuser, HypatiaFuser, LinearOptimization, execute_burn};
 use crate::plan::Plan;
 use burn_cubecl::CubeRuntime;
@@ -42,8 +43,8 @@ pub enum HypatiaOptimization<R: CubeRuntime> {
 pub enum HypatiaOptimizationState {
     /// Burn's state.
     Burn(CubeOptimizationState),
-    /// Hypatia's plan.
-    Linear(Plan),
+    /// Hypatia's plan, and Burn's alternatives of its steps (see [`super::race`]).
+    Linear(Plan, Vec<Option<AlternativeState>>),
 }
 
 impl<R: CubeRuntime> core::fmt::Debug for HypatiaOptimization<R> {
@@ -86,14 +87,24 @@ impl<R: CubeRuntime> Optimization<HypatiaRuntime<R>> for HypatiaOptimization<R> 
     fn to_state(&self) -> HypatiaOptimizationState {
         match self {
             Self::Burn(op) => HypatiaOptimizationState::Burn(op.to_opt_state()),
-            Self::Linear(op) => HypatiaOptimizationState::Linear(op.plan().clone()),
+            Self::Linear(op) => {
+                HypatiaOptimizationState::Linear(op.plan().clone(), op.alternative_states())
+            }
         }
     }
 
     fn from_state(device: &R::Device, state: HypatiaOptimizationState) -> Self {
         match state {
-            HypatiaOptimizationState::Linear(plan) => {
-                Self::Linear(LinearOptimization::new(plan, device.clone()))
+            HypatiaOptimizationState::Linear(plan, alternatives) => {
+                let alternatives = alternatives
+                    .into_iter()
+                    .map(|state| state.map(|state| Alternative::from_state(device, state)))
+                    .collect();
+                Self::Linear(LinearOptimization::with_alternatives(
+                    plan,
+                    alternatives,
+                    device.clone(),
+                ))
             }
             HypatiaOptimizationState::Burn(state) => Self::Burn(match state {
                 CubeOptimizationState::ElementWise(s) => {

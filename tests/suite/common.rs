@@ -28,12 +28,29 @@ pub type Fused = hypatia::Hypatia<Plain>;
 /// Hypatia over a bare `CubeBackend` (no Burn fusion underneath to begin with).
 pub type FusedBare = hypatia::Hypatia<burn_cubecl::CubeBackend<Runtime, f32, i32, u32>>;
 /// Decorated backend with float type `F`.
-#[allow(dead_code)] // used by tests/half_*.rs only
 pub type FusedOf<F> = hypatia::Hypatia<PlainOf<F>>;
 
 pub fn device() -> TestDevice {
     // `RUST_LOG=hypatia=debug` shows what was fused and why not.
     let _ = env_logger::builder().is_test(true).try_init();
+    // Tests count Hypatia's kernel runs, so steps are not raced against Burn's fused matmul
+    // (a timing decision) unless a test asks (`RaceGuard`) or `HYPATIA_RACE` is set.
+    static RACE_OFF: std::sync::Once = std::sync::Once::new();
+    RACE_OFF.call_once(|| {
+        if std::env::var("HYPATIA_RACE").is_err() {
+            hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never);
+        }
+        // Start every backend's device service before any op runs. CubeCL 0.10 holds a global
+        // lock while it starts a service on the device's runner thread, and a fusion stream
+        // starting there loads the compute client under the same lock: a Burn backend used
+        // first while Hypatia's ops are still queued on that thread deadlocks
+        // (`ChannelDeviceState::init`).
+        // In the binary's own float type: Burn 0.21 fixes the device's float dtype at its first
+        // tensor, whatever its kind.
+        let device = TestDevice::default();
+        let _ = Tensor::<PlainOf<crate::Float>, 1, Int>::zeros([1], &device).into_data();
+        let _ = Tensor::<FusedOf<crate::Float>, 1, Int>::zeros([1], &device).into_data();
+    });
     TestDevice::default()
 }
 
@@ -137,6 +154,23 @@ impl PolicyGuard {
 impl Drop for PolicyGuard {
     fn drop(&mut self) {
         hypatia::kernel::set_execution_policy(hypatia::kernel::ExecutionPolicy::Auto);
+    }
+}
+
+/// Sets the race policy and restores the tests' default (no race) when dropped.
+pub struct RaceGuard;
+
+impl RaceGuard {
+    pub fn set(policy: hypatia::kernel::RacePolicy) -> Self {
+        let _ = device();
+        hypatia::kernel::set_race_policy(policy);
+        Self
+    }
+}
+
+impl Drop for RaceGuard {
+    fn drop(&mut self) {
+        hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never);
     }
 }
 

@@ -11,5 +11,6 @@ mod long_run;
 mod mlp;
 mod properties;
 mod property_tests;
+mod race;
 mod replay;
 mod train;

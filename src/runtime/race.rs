@@ -1,0 +1,338 @@
+//! The race: a fused step against Burn's own fused matmul for the same ops, per real shape.
+//!
+//! burn-fusion stores plans by *relative* shapes, so a plan made at one size replays at every
+//! other, and the planner cannot know whether Hypatia's kernel beats Burn's at the real sizes
+//! (in f32 on an H100 Burn's matmul with its fused epilogue won at 1024×784×2048, 2026-11-24).
+//! So where Burn's `MatmulFuser` takes exactly a step's ops, the step also holds the
+//! `MatmulOptimization` Burn itself would have run for them. At each new real shape both run once
+//! to warm up (compilation, autotune), then [`SAMPLES`] times each, alternately, between device
+//! syncs; the faster by its best time runs that shape from then on. Every run computes the
+//! step's real outputs, so the race costs a few syncs per shape and nothing else.
+
+use super::{HypatiaRuntime, execute_burn_at};
+use crate::kernel::{ExecutionPolicy, RacePolicy, execution_policy, has_matrix_units, race_policy};
+use crate::plan::{Plan, Step};
+use burn_backend::DType;
+use burn_cubecl::CubeRuntime;
+use burn_cubecl_fusion::CubeFusionHandle;
+use burn_cubecl_fusion::optim::CubeOptimization;
+use burn_cubecl_fusion::optim::matmul::{MatmulFuser, MatmulOptimization, MatmulOptimizationState};
+use burn_fusion::OperationFuser;
+use burn_fusion::stream::{Context, OrderedExecution};
+use burn_ir::OperationIr;
+use cubecl::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Timed runs of each side per shape, after one warm-up run each.
+pub const SAMPLES: u32 = 3;
+
+/// Who runs a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Hypatia's fused kernel (whatever execution the step chooses).
+    Hypatia,
+    /// Burn's fused matmul for the same ops.
+    Burn,
+}
+
+/// One execution's turn: who runs, and whether the run is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Turn {
+    /// Who runs.
+    pub side: Side,
+    /// Time it (between two device syncs) and count it towards the decision.
+    pub timed: bool,
+}
+
+/// The race at one real shape.
+#[derive(Clone, Debug, Default)]
+struct Race {
+    /// Executions so far.
+    runs: u32,
+    /// Best timed run of each side.
+    hypatia: Option<Duration>,
+    burn: Option<Duration>,
+    winner: Option<Side>,
+}
+
+impl Race {
+    /// Run 0 warms Hypatia, run 1 warms Burn, then they alternate timed until decided.
+    fn turn(&self) -> Turn {
+        if let Some(side) = self.winner {
+            return Turn { side, timed: false };
+        }
+        let side = if self.runs.is_multiple_of(2) {
+            Side::Hypatia
+        } else {
+            Side::Burn
+        };
+        Turn {
+            side,
+            timed: self.runs >= 2,
+        }
+    }
+
+    /// Counts a run; returns the winner when this run decided the race.
+    fn record(&mut self, turn: Turn, elapsed: Option<Duration>) -> Option<Side> {
+        self.runs += 1;
+        if let (true, Some(elapsed)) = (turn.timed, elapsed) {
+            let best = match turn.side {
+                Side::Hypatia => &mut self.hypatia,
+                Side::Burn => &mut self.burn,
+            };
+            *best = Some(best.map_or(elapsed, |b| b.min(elapsed)));
+        }
+        if self.winner.is_none() && self.runs >= 2 + 2 * SAMPLES {
+            // A tie keeps Hypatia's kernel: it is the one whose outputs the plan describes.
+            let burn_faster = matches!((self.hypatia, self.burn), (Some(h), Some(b)) if b < h);
+            let winner = if burn_faster {
+                Side::Burn
+            } else {
+                Side::Hypatia
+            };
+            self.winner = Some(winner);
+            return Some(winner);
+        }
+        None
+    }
+
+    /// The best times, in µs, for logs.
+    fn micros(&self) -> [f64; 2] {
+        [self.hypatia, self.burn].map(|d| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e6))
+    }
+}
+
+/// Burn's fused matmul for one step's ops, and the races it ran against the step.
+pub struct Alternative<R: CubeRuntime> {
+    optimization: MatmulOptimization<R>,
+    /// Block index of the step's first op: the matmul, which Burn's optimization runs alone
+    /// when its own autotune prefers its unfused path.
+    first_op: usize,
+    races: HashMap<Vec<usize>, Race>,
+}
+
+/// Serialisable form of an [`Alternative`].
+#[derive(Serialize, Deserialize, Debug)]
+pub struct AlternativeState {
+    optimization: MatmulOptimizationState,
+    first_op: usize,
+}
+
+impl<R: CubeRuntime> Alternative<R> {
+    /// Burn's optimization for block ops `first_op..first_op + ops.len()` (`ops` relative, as
+    /// the fuser was fed them), if Burn's `MatmulFuser` takes all of them.
+    pub fn build(ops: &[OperationIr], first_op: usize, device: &R::Device) -> Option<Self> {
+        let mut fuser = MatmulFuser::<R>::new(device.clone());
+        for op in ops {
+            fuser.fuse(op);
+        }
+        if fuser.len() != ops.len() || !fuser.properties().ready {
+            return None;
+        }
+        match fuser.finish() {
+            CubeOptimization::Matmul(optimization) => Some(Self {
+                optimization,
+                first_op,
+                races: HashMap::new(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Its state, for burn-fusion's optimization store.
+    pub fn to_state(&self) -> AlternativeState {
+        AlternativeState {
+            optimization: self.optimization.to_state(),
+            first_op: self.first_op,
+        }
+    }
+
+    /// Back from [`Self::to_state`].
+    pub fn from_state(device: &R::Device, state: AlternativeState) -> Self {
+        Self {
+            optimization: MatmulOptimization::from_state(device, state.optimization),
+            first_op: state.first_op,
+            races: HashMap::new(),
+        }
+    }
+
+    /// This execution's turn at real shape `key`.
+    pub fn turn(&self, key: &[usize]) -> Turn {
+        self.races.get(key).map_or(
+            Turn {
+                side: Side::Hypatia,
+                timed: false,
+            },
+            Race::turn,
+        )
+    }
+
+    /// Counts a run at `key`; returns the winner when this run decided, with both best times
+    /// (µs: Hypatia, Burn).
+    pub fn record(
+        &mut self,
+        key: &[usize],
+        turn: Turn,
+        elapsed: Option<Duration>,
+    ) -> Option<(Side, [f64; 2])> {
+        let race = self.races.entry(key.to_vec()).or_default();
+        race.record(turn, elapsed).map(|side| (side, race.micros()))
+    }
+
+    /// Runs Burn's optimization on the step's ops.
+    pub fn run(
+        &mut self,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<HypatiaRuntime<R>>,
+    ) {
+        execute_burn_at(&mut self.optimization, self.first_op, context, execution);
+    }
+}
+
+/// Burn's alternative for each step of `plan` (`None` where Burn's `MatmulFuser` would not take
+/// exactly the step's ops: they are not contiguous, or do not begin with the matmul). `ops` are
+/// the block's relative ops.
+pub fn alternatives<R: CubeRuntime>(
+    plan: &Plan,
+    ops: &[OperationIr],
+    device: &R::Device,
+) -> Vec<Option<Alternative<R>>> {
+    let build = |step: &Step| {
+        let Step::Fused(fused) = step else {
+            return None;
+        };
+        let first = *fused.ops.first()?;
+        let contiguous = fused.ops.iter().enumerate().all(|(i, &op)| op == first + i);
+        let end = first + fused.ops.len();
+        (contiguous && end <= ops.len())
+            .then(|| Alternative::build(&ops[first..end], first, device))
+            .flatten()
+    };
+    plan.steps.iter().map(build).collect()
+}
+
+/// Whether steps of `dtype` race on `client`'s device under the current policies, and whether
+/// Burn's side is forced.
+pub fn racing<R: Runtime>(client: &ComputeClient<R>, dtype: DType) -> Option<Forced> {
+    match race_policy() {
+        RacePolicy::Never => None,
+        RacePolicy::Burn => Some(Forced::Burn),
+        RacePolicy::Always => Some(Forced::No),
+        RacePolicy::Auto => (execution_policy() == ExecutionPolicy::Auto
+            && has_matrix_units(client, dtype))
+        .then_some(Forced::No),
+    }
+}
+
+/// Whether a racing step's side is forced by [`RacePolicy::Burn`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forced {
+    /// Measure.
+    No,
+    /// Always Burn's side.
+    Burn,
+}
+
+/// Waits for the device's queue to drain and returns the time: the two ends of a timed run.
+pub fn settle<R: Runtime>(client: &ComputeClient<R>) -> Instant {
+    // An error here is the step's own or an earlier op's; either way it reaches the user at
+    // the next sync or read, where the stream keeps it.
+    let _ = cubecl::future::block_on(client.sync());
+    Instant::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(race: &mut Race, times: [u64; 2]) -> Option<Side> {
+        let turn = race.turn();
+        let micros = match turn.side {
+            Side::Hypatia => times[0],
+            Side::Burn => times[1],
+        };
+        race.record(turn, Some(Duration::from_micros(micros)))
+    }
+
+    #[test]
+    fn warms_each_side_then_alternates_timed_runs() {
+        let race = &mut Race::default();
+        let mut turns = Vec::new();
+        for _ in 0..2 + 2 * SAMPLES {
+            turns.push(race.turn());
+            run(race, [10, 20]);
+        }
+        assert_eq!(
+            turns[0],
+            Turn {
+                side: Side::Hypatia,
+                timed: false
+            }
+        );
+        assert_eq!(
+            turns[1],
+            Turn {
+                side: Side::Burn,
+                timed: false
+            }
+        );
+        for (i, turn) in turns.iter().enumerate().skip(2) {
+            assert!(turn.timed);
+            let expected = if i % 2 == 0 {
+                Side::Hypatia
+            } else {
+                Side::Burn
+            };
+            assert_eq!(turn.side, expected);
+        }
+    }
+
+    #[test]
+    fn the_faster_best_time_wins_and_runs_untimed_after() {
+        for (times, winner) in [([10, 20], Side::Hypatia), ([30, 20], Side::Burn)] {
+            let race = &mut Race::default();
+            let decided: Vec<_> = (0..2 + 2 * SAMPLES)
+                .filter_map(|_| run(race, times))
+                .collect();
+            assert_eq!(decided, vec![winner]);
+            for _ in 0..4 {
+                assert_eq!(
+                    race.turn(),
+                    Turn {
+                        side: winner,
+                        timed: false
+                    }
+                );
+                assert_eq!(run(race, times), None);
+            }
+        }
+    }
+
+    #[test]
+    fn warm_up_times_do_not_count() {
+        // Burn's warm-up run is fast and Hypatia's slow (compilation), but the timed runs
+        // say the opposite.
+        let race = &mut Race::default();
+        let warm = [(Side::Hypatia, 1000), (Side::Burn, 1)];
+        for (side, micros) in warm {
+            let turn = race.turn();
+            assert_eq!(turn.side, side);
+            race.record(turn, Some(Duration::from_micros(micros)));
+        }
+        let decided: Vec<_> = (0..2 * SAMPLES)
+            .filter_map(|_| run(race, [10, 20]))
+            .collect();
+        assert_eq!(decided, vec![Side::Hypatia]);
+    }
+
+    #[test]
+    fn a_tie_keeps_hypatia() {
+        let race = &mut Race::default();
+        let decided: Vec<_> = (0..2 + 2 * SAMPLES)
+            .filter_map(|_| run(race, [15, 15]))
+            .collect();
+        assert_eq!(decided, vec![Side::Hypatia]);
+    }
+}

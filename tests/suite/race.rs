@@ -1,0 +1,176 @@
+//! The race of a fused step against Burn's own fused matmul for its ops (`hypatia::runtime::race`):
+//! whichever side runs, the results are Burn's, and each real shape is decided once.
+
+use super::common::*;
+use burn::backend::Autodiff;
+use burn::prelude::*;
+use burn::tensor::activation::relu;
+use burn::tensor::module::linear;
+use hypatia::kernel::RacePolicy;
+use hypatia::runtime::race::SAMPLES;
+
+/// What a pattern's counters say: Hypatia's kernel runs, Burn's fused-matmul runs, races decided.
+fn counters(pattern: &str) -> [u64; 3] {
+    let stats = hypatia::stats(&device());
+    let p = stats.patterns.get(pattern).cloned().unwrap_or_default();
+    [p.steps(), p.burn_fused, p.raced]
+}
+
+fn delta(before: [u64; 3], pattern: &str) -> [u64; 3] {
+    let now = counters(pattern);
+    [0, 1, 2].map(|i| now[i] - before[i])
+}
+
+/// The Linear forms a race can take, through `nn::Linear`'s own function: with bias and ReLU,
+/// without bias, and without activation.
+fn forms<B: Backend, const D: usize>(
+    x: &TensorData,
+    w: &TensorData,
+    b: &TensorData,
+) -> [TensorData; 3] {
+    let device = Default::default();
+    let x = || Tensor::<B, D>::from_data(x.clone(), &device);
+    let w = || Tensor::<B, 2>::from_data(w.clone(), &device);
+    let b = || Some(Tensor::<B, 1>::from_data(b.clone(), &device));
+    [
+        relu(linear(x(), w(), b())).into_data(),
+        relu(linear(x(), w(), None)).into_data(),
+        linear(x(), w(), b()).into_data(),
+    ]
+}
+
+/// Burn's side, forced, on every form at odd sizes (rank 2 and 3, NaN and ±Inf in the input):
+/// Burn's results, and no Hypatia kernel ran where Burn's fused matmul takes the step's ops.
+#[test]
+fn burns_side_gives_burns_results_on_every_form() {
+    let _race = RaceGuard::set(RacePolicy::Burn);
+    let (k, n) = (33, 65);
+    let w = data(2, &[k, n], 0.2);
+    let b = data(3, &[n], 1.0);
+    let patterns = ["linear-relu", "linear"];
+    let before = patterns.map(counters);
+    for m in [1, 17] {
+        let mut x = data(1 + m as u64, &[m, k], 1.0);
+        if m == 17 {
+            let mut values: Vec<f32> = x.to_vec().unwrap();
+            values[5] = f32::NAN;
+            values[40] = f32::INFINITY;
+            values[70] = f32::NEG_INFINITY;
+            x = TensorData::new(values, [m, k]);
+        }
+        poison::<Fused>(m * n * 4, &device());
+        let fused = forms::<Fused, 2>(&x, &w, &b);
+        let plain = forms::<Plain, 2>(&x, &w, &b);
+        for (f, p) in fused.iter().zip(&plain) {
+            assert_close(f, p, 1e-5);
+        }
+    }
+    let [relu, plain] = [0, 1].map(|i| delta(before[i], patterns[i]));
+    assert_eq!(
+        relu[0] + plain[0],
+        0,
+        "no Hypatia kernel ran: {relu:?} {plain:?}"
+    );
+    // The bias-only form is claimed only where Hypatia's engine runs (matrix units), so only
+    // the two ReLU forms are sure to be steps here.
+    assert_eq!(
+        relu[1], 4,
+        "Burn's fused matmul ran both ReLU forms at both sizes: {relu:?}"
+    );
+    assert_eq!(relu[2] + plain[2], 0, "a forced side decides no race");
+    // A rank-3 Linear reshapes its weight and bias to rank 3 around the matmul, so the step's
+    // ops are not one run Burn's `MatmulFuser` takes: no alternative, Hypatia's kernel runs.
+    let x = data(9, &[2, 17, k], 1.0);
+    let fused = forms::<Fused, 3>(&x, &w, &b);
+    for (f, p) in fused.iter().zip(&forms::<Plain, 3>(&x, &w, &b)) {
+        assert_close(f, p, 1e-5);
+    }
+}
+
+/// A measured race: every execution, timed or not, gives Burn's results; the shape is decided
+/// once, after each side's warm-up and `SAMPLES` timed runs; a new real shape (same plan)
+/// races again.
+#[test]
+fn a_race_decides_each_real_shape_once() {
+    let _race = RaceGuard::set(RacePolicy::Always);
+    let (k, n) = (31, 47);
+    let w = data(20, &[k, n], 0.2);
+    let b = data(21, &[n], 1.0);
+    let run = |m: usize, seed: u64| {
+        let x = data(seed, &[m, k], 1.0);
+        let device = Default::default();
+        let f = relu(linear(
+            Tensor::<Fused, 2>::from_data(x.clone(), &device),
+            Tensor::from_data(w.clone(), &device),
+            Some(Tensor::from_data(b.clone(), &device)),
+        ));
+        let p = relu(linear(
+            Tensor::<Plain, 2>::from_data(x, &device),
+            Tensor::from_data(w.clone(), &device),
+            Some(Tensor::from_data(b.clone(), &device)),
+        ));
+        assert_close(&f.into_data(), &p.into_data(), 1e-5);
+    };
+    let runs = 2 + 2 * SAMPLES as usize;
+    for (m, races) in [(19, 1), (23, 2)] {
+        let before = counters("linear-relu");
+        for seed in 0..runs + 3 {
+            run(m, 100 + seed as u64);
+        }
+        let [hypatia, burn, raced] = delta(before, "linear-relu");
+        assert_eq!(raced, 1, "batch {m} decided once ({races} shapes so far)");
+        assert_eq!(
+            hypatia + burn,
+            (runs + 3) as u64,
+            "one side ran each execution"
+        );
+        assert!(
+            hypatia > SAMPLES as u64 && burn > SAMPLES as u64,
+            "both sides ran: {hypatia} {burn}"
+        );
+    }
+}
+
+/// Training steps race too (the forward's Linear+ReLU, the backward's gated matmul): under
+/// `Autodiff`, gradients equal Burn's whichever side ran.
+#[test]
+fn raced_backward_matches_burn() {
+    for policy in [RacePolicy::Always, RacePolicy::Burn] {
+        let _race = RaceGuard::set(policy);
+        let before = counters("linear-relu")[1] + counters("matmul-relu-grad")[1];
+        for step in 0..2 + 2 * SAMPLES as u64 + 1 {
+            let x = data(30 + step, &[17, 33], 1.0);
+            let w = data(31, &[33, 65], 0.2);
+            let b = data(32, &[65], 1.0);
+            let fused = grads::<Autodiff<Fused>>(&x, &w, &b);
+            let plain = grads::<Autodiff<Plain>>(&x, &w, &b);
+            for (f, p) in fused.iter().zip(&plain) {
+                assert_close(f, p, 1e-4);
+            }
+        }
+        let after = counters("linear-relu")[1] + counters("matmul-relu-grad")[1];
+        assert!(after > before, "{policy:?}: Burn's side ran some steps");
+    }
+}
+
+/// Gradients of x, w and b through relu(x·w + b)·v summed.
+fn grads<B: burn::tensor::backend::AutodiffBackend>(
+    x: &TensorData,
+    w: &TensorData,
+    b: &TensorData,
+) -> [TensorData; 3] {
+    let device = Default::default();
+    let x = Tensor::<B, 2>::from_data(x.clone(), &device).require_grad();
+    let w = Tensor::<B, 2>::from_data(w.clone(), &device).require_grad();
+    let b = Tensor::<B, 1>::from_data(b.clone(), &device).require_grad();
+    let v = Tensor::<B, 2>::from_data(data(33, &[65, 5], 1.0), &device);
+    let loss = relu(linear(x.clone(), w.clone(), Some(b.clone())))
+        .matmul(v)
+        .sum();
+    let g = loss.backward();
+    [
+        x.grad(&g).unwrap().into_data(),
+        w.grad(&g).unwrap().into_data(),
+        b.grad(&g).unwrap().into_data(),
+    ]
+}
