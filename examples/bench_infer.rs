@@ -65,9 +65,6 @@ fn forward<B: Backend>(widths: &[usize], batch: usize) -> Timed {
         B::FloatElem::dtype(),
         "one float dtype per process (Burn 0.21)"
     );
-    // Set this stream up before another backend starts (see bench_train: CubeCL 0.10 can
-    // deadlock when two fusion servers initialise at once).
-    B::sync(&device).expect("sync");
     Box::new(move |forward| {
         let start = Instant::now();
         let y = forward.then(|| model.forward(x.clone()));

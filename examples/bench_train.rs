@@ -71,10 +71,6 @@ where
     let dtype = B::FloatElem::dtype();
     assert_eq!(x.dtype(), dtype, "one float dtype per process (Burn 0.21)");
     let target = Tensor::<B, 2>::random([batch, d_out], normal, &device);
-    // Let the fusion server set this stream up before another backend starts: CubeCL 0.10
-    // initializes a device service while holding a lock that the server's thread takes when it
-    // creates a stream's fusers, so the two starting at once deadlock.
-    B::sync(&device).expect("sync");
     let loss = move || {
         (model.forward(x.clone()) - target.clone())
             .powi_scalar(2)

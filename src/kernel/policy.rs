@@ -44,31 +44,53 @@ pub enum ExecutionPolicy {
     Split,
 }
 
-static POLICY: AtomicU8 = AtomicU8::new(u8::MAX);
+static POLICY: Setting = Setting::new(
+    "HYPATIA_EXECUTION",
+    &["auto", "tiled", "tensor-core", "split"],
+);
 
 /// Sets the policy for the whole process. Without a call,
 /// `HYPATIA_EXECUTION=tiled|tensor-core|split|auto` decides, and `Auto` if unset.
 pub fn set_execution_policy(policy: ExecutionPolicy) {
-    POLICY.store(policy as u8, Ordering::Relaxed);
+    POLICY.set(policy as u8);
 }
 
 /// The policy in force.
 pub fn execution_policy() -> ExecutionPolicy {
-    match POLICY.load(Ordering::Relaxed) {
-        0 => ExecutionPolicy::Auto,
-        1 => ExecutionPolicy::Tiled,
-        2 => ExecutionPolicy::TensorCore,
-        3 => ExecutionPolicy::Split,
-        _ => {
-            let policy = match std::env::var("HYPATIA_EXECUTION").as_deref() {
-                Ok("tiled") => ExecutionPolicy::Tiled,
-                Ok("tensor-core") => ExecutionPolicy::TensorCore,
-                Ok("split") => ExecutionPolicy::Split,
-                _ => ExecutionPolicy::Auto,
-            };
-            set_execution_policy(policy);
-            policy
+    use ExecutionPolicy::*;
+    [Auto, Tiled, TensorCore, Split][POLICY.get()]
+}
+
+/// A process-wide policy: the last value set, else its environment variable (read once), else
+/// its first name. Values are the enum's discriminants, in the order of `names`.
+struct Setting {
+    value: AtomicU8,
+    var: &'static str,
+    names: &'static [&'static str],
+}
+
+impl Setting {
+    const fn new(var: &'static str, names: &'static [&'static str]) -> Self {
+        Self {
+            value: AtomicU8::new(u8::MAX),
+            var,
+            names,
         }
+    }
+
+    fn set(&self, value: u8) {
+        self.value.store(value, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> usize {
+        let value = self.value.load(Ordering::Relaxed) as usize;
+        if value < self.names.len() {
+            return value;
+        }
+        let var = std::env::var(self.var).unwrap_or_default();
+        let value = self.names.iter().position(|name| *name == var).unwrap_or(0);
+        self.set(value as u8);
+        value
     }
 }
 
@@ -126,30 +148,18 @@ pub enum ChainPolicy {
     Never,
 }
 
-static CHAIN_POLICY: AtomicU8 = AtomicU8::new(u8::MAX);
+static CHAIN_POLICY: Setting = Setting::new("HYPATIA_CHAIN", &["auto", "always", "never"]);
 
 /// Sets the chain policy for the whole process. Without a call,
 /// `HYPATIA_CHAIN=auto|always|never` decides, and `Auto` if unset.
 pub fn set_chain_policy(policy: ChainPolicy) {
-    CHAIN_POLICY.store(policy as u8, Ordering::Relaxed);
+    CHAIN_POLICY.set(policy as u8);
 }
 
 /// The chain policy in force.
 pub fn chain_policy() -> ChainPolicy {
-    match CHAIN_POLICY.load(Ordering::Relaxed) {
-        0 => ChainPolicy::Auto,
-        1 => ChainPolicy::Always,
-        2 => ChainPolicy::Never,
-        _ => {
-            let policy = match std::env::var("HYPATIA_CHAIN").as_deref() {
-                Ok("always") => ChainPolicy::Always,
-                Ok("never") => ChainPolicy::Never,
-                _ => ChainPolicy::Auto,
-            };
-            set_chain_policy(policy);
-            policy
-        }
-    }
+    use ChainPolicy::*;
+    [Auto, Always, Never][CHAIN_POLICY.get()]
 }
 
 /// Whether `chain` (accepted by [`check_chain`](super::chain::check_chain)) runs as one launch
@@ -185,30 +195,31 @@ pub enum RacePolicy {
     Never,
 }
 
-static RACE_POLICY: AtomicU8 = AtomicU8::new(u8::MAX);
+static RACE_POLICY: Setting = Setting::new("HYPATIA_RACE", &["auto", "always", "burn", "never"]);
 
 /// Sets the race policy for the whole process. Without a call,
 /// `HYPATIA_RACE=auto|always|burn|never` decides, and `Auto` if unset.
 pub fn set_race_policy(policy: RacePolicy) {
-    RACE_POLICY.store(policy as u8, Ordering::Relaxed);
+    RACE_POLICY.set(policy as u8);
 }
 
 /// The race policy in force.
 pub fn race_policy() -> RacePolicy {
-    match RACE_POLICY.load(Ordering::Relaxed) {
-        0 => RacePolicy::Auto,
-        1 => RacePolicy::Always,
-        2 => RacePolicy::Burn,
-        3 => RacePolicy::Never,
-        _ => {
-            let policy = match std::env::var("HYPATIA_RACE").as_deref() {
-                Ok("always") => RacePolicy::Always,
-                Ok("burn") => RacePolicy::Burn,
-                Ok("never") => RacePolicy::Never,
-                _ => RacePolicy::Auto,
-            };
-            set_race_policy(policy);
-            policy
-        }
+    use RacePolicy::*;
+    [Auto, Always, Burn, Never][RACE_POLICY.get()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_defaults_to_its_first_name_then_keeps_what_is_set() {
+        static SETTING: Setting = Setting::new("HYPATIA_TEST_NEVER_SET", &["a", "b", "c"]);
+        assert_eq!(SETTING.get(), 0);
+        SETTING.set(2);
+        assert_eq!(SETTING.get(), 2);
+        SETTING.set(1);
+        assert_eq!(SETTING.get(), 1);
     }
 }

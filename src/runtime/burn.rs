@@ -76,11 +76,7 @@ pub(crate) fn execute_burn<R: CubeRuntime>(
     context: &mut Context<CubeFusionHandle<R>>,
     execution: &OrderedExecution<HypatiaRuntime<R>>,
 ) {
-    let fallback = |index: usize| -> Box<dyn FallbackOperation<R>> {
-        Box::new(UnfusedFallback {
-            operation: execution.operation_within_optimization(index),
-        })
-    };
+    let fallback = fallback_at(execution, 0);
     match optimization {
         CubeOptimization::ElementWise(op) => op.execute(context),
         CubeOptimization::Matmul(op) => op.execute(context, fallback),
@@ -97,9 +93,18 @@ pub(crate) fn execute_burn_at<R: CubeRuntime>(
     context: &mut Context<CubeFusionHandle<R>>,
     execution: &OrderedExecution<HypatiaRuntime<R>>,
 ) {
-    optimization.execute(context, |index: usize| -> Box<dyn FallbackOperation<R>> {
+    optimization.execute(context, fallback_at(execution, first_op));
+}
+
+/// The single-op fallback Burn's optimizations ask for, for an optimization whose op 0 is block
+/// op `first_op`.
+fn fallback_at<R: CubeRuntime>(
+    execution: &OrderedExecution<HypatiaRuntime<R>>,
+    first_op: usize,
+) -> impl Fn(usize) -> Box<dyn FallbackOperation<R>> + '_ {
+    move |index| {
         Box::new(UnfusedFallback {
             operation: execution.operation_within_optimization(first_op + index),
         })
-    });
+    }
 }

@@ -2,7 +2,7 @@
 
 use super::HypatiaRuntime;
 use super::chain::{ChainRun, run_chain};
-use super::race::{Alternative, AlternativeState, Forced, Side, Turn, racing, settle};
+use super::race::{Alternative, AlternativeState, ShapeKey, Side, Turn, settle};
 use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
 use crate::fallback::{
     FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused,
@@ -224,46 +224,46 @@ impl<R: CubeRuntime> LinearOptimization<R> {
 
 /// A step's race at this execution: its real shape, its turn, and the device to time on.
 struct RaceRun<R: CubeRuntime> {
-    key: Vec<usize>,
+    key: ShapeKey,
     turn: Turn,
-    forced: Forced,
-    client: ComputeClient<R>,
+    pattern: &'static str,
+    /// The device, when the run is timed.
+    client: Option<ComputeClient<R>>,
 }
 
 impl<R: CubeRuntime> LinearOptimization<R> {
     /// Step `index`'s turn in its race against Burn's fused matmul, if it races now: it has an
     /// alternative, its kernel is not broken, and the policy races its dtype on this device.
     fn race_turn(
-        &self,
+        &mut self,
         index: usize,
         context: &Context<CubeFusionHandle<R>>,
     ) -> Option<RaceRun<R>> {
-        let alternative = self.alternatives.get(index)?.as_ref()?;
         let Step::Fused(fused) = &self.plan.steps[index] else {
             return None;
         };
         if self.checks[index].broken.is_some() {
             return None;
         }
-        let [x, w] = [fused.x, fused.w].map(|r| real_tensor(context, &r.id));
-        let client = context.handles.get_handle_ref(&x.id)?.client.clone();
-        let forced = racing(&client, x.dtype)?;
-        let mut key = Vec::with_capacity(x.shape.len() + w.shape.len() + 1);
-        key.push(x.shape.len());
-        key.extend(x.shape.iter().chain(w.shape.iter()));
-        let turn = match forced {
-            Forced::Burn => Turn {
-                side: Side::Burn,
-                timed: false,
-            },
-            Forced::No => alternative.turn(&key),
-        };
+        let alternative = self.alternatives.get_mut(index)?.as_mut()?;
+        let [x, w] = [fused.x, fused.w].map(|r| {
+            (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
+        });
+        let client = &context.handles.get_handle_ref(&x.id)?.client;
+        let key = ShapeKey::new(&x.shape, &w.shape)?;
+        let turn = alternative.turn(&key, client, x.dtype)?;
         Some(RaceRun {
             key,
             turn,
-            forced,
-            client,
+            pattern: fused.pattern(),
+            client: turn.timed.then(|| client.clone()),
         })
+    }
+
+    fn alternative(&mut self, index: usize) -> &mut Alternative<R> {
+        self.alternatives[index]
+            .as_mut()
+            .expect("a racing step has an alternative")
     }
 
     /// Runs step `index` on the side its race gives it, timing the run when the race asks.
@@ -274,31 +274,25 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
     ) {
-        let start = race.turn.timed.then(|| settle(&race.client));
+        let start = race.client.as_ref().map(settle);
         match race.turn.side {
             Side::Hypatia => self.run_step(index, context, execution),
-            Side::Burn => {
-                let alternative = self.alternatives[index].as_mut();
-                alternative
-                    .expect("a racing step has an alternative")
-                    .run(context, execution);
-            }
+            Side::Burn => self.alternative(index).run(context, execution),
         }
-        let elapsed = start.map(|start| settle(&race.client) - start);
-        let Step::Fused(fused) = &self.plan.steps[index] else {
-            return;
-        };
-        let pattern = fused.pattern();
-        let alternative = self.alternatives[index].as_mut();
-        let decided = match race.forced {
-            Forced::Burn => None,
-            Forced::No => alternative
-                .expect("a racing step has an alternative")
-                .record(&race.key, race.turn, elapsed),
-        };
+        let elapsed =
+            (race.client.as_ref().zip(start)).map(|(client, start)| settle(client) - start);
+        let decided = race
+            .turn
+            .counts
+            .then(|| {
+                self.alternative(index)
+                    .record(&race.key, race.turn, elapsed)
+            })
+            .flatten();
         if let Some((winner, [hypatia, burn])) = decided {
             log::debug!(
-                "hypatia: {pattern} at {:?} runs {} from now on ({hypatia:.1} µs Hypatia, {burn:.1} µs Burn's fused matmul)",
+                "hypatia: {} at {:?} runs {} from now on ({hypatia:.1} µs Hypatia, {burn:.1} µs Burn's fused matmul)",
+                race.pattern,
                 race.key,
                 match winner {
                     Side::Hypatia => "Hypatia's kernel",
@@ -306,11 +300,13 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 }
             );
         }
-        stats::record(&self.device_key, |s| {
-            let counters = stats::pattern(s, pattern);
-            counters.raced += decided.is_some() as u64;
-            counters.burn_fused += (race.turn.side == Side::Burn) as u64;
-        });
+        if decided.is_some() || race.turn.side == Side::Burn {
+            stats::record(&self.device_key, |s| {
+                let counters = stats::pattern(s, race.pattern);
+                counters.raced += decided.is_some() as u64;
+                counters.burn_fused += (race.turn.side == Side::Burn) as u64;
+            });
+        }
     }
 }
 

@@ -37,13 +37,63 @@ pub enum Side {
     Burn,
 }
 
-/// One execution's turn: who runs, and whether the run is timed.
+/// One execution's turn: who runs, whether the run is timed, and whether it counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Turn {
     /// Who runs.
     pub side: Side,
-    /// Time it (between two device syncs) and count it towards the decision.
+    /// Time it between two device syncs.
     pub timed: bool,
+    /// The race is undecided: the run (warm-up or timed) is recorded towards the decision.
+    pub counts: bool,
+}
+
+impl Turn {
+    /// A run of `side` that is not timed and does not count: a decided or forced side.
+    const fn settled(side: Side) -> Self {
+        Self {
+            side,
+            timed: false,
+            counts: false,
+        }
+    }
+}
+
+/// Most dimensions a [`ShapeKey`] holds (x's and w's together); a step with more does not race.
+const MAX_KEY: usize = 15;
+
+/// A step's real shape: x's rank, x's dims, then w's dims. Built on every execution of a racing
+/// step, so it lives on the stack; the race table allocates a copy once per new shape.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ShapeKey {
+    dims: [usize; MAX_KEY + 1],
+    len: usize,
+}
+
+impl ShapeKey {
+    /// The key of `x · w`, if its dimensions fit.
+    pub fn new(x: &[usize], w: &[usize]) -> Option<Self> {
+        let len = 1 + x.len() + w.len();
+        if len > MAX_KEY + 1 {
+            return None;
+        }
+        let mut dims = [0; MAX_KEY + 1];
+        dims[0] = x.len();
+        for (slot, &dim) in dims[1..].iter_mut().zip(x.iter().chain(w)) {
+            *slot = dim;
+        }
+        Some(Self { dims, len })
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        &self.dims[..self.len]
+    }
+}
+
+impl core::fmt::Debug for ShapeKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.as_slice().fmt(f)
+    }
 }
 
 /// The race at one real shape.
@@ -61,7 +111,7 @@ impl Race {
     /// Run 0 warms Hypatia, run 1 warms Burn, then they alternate timed until decided.
     fn turn(&self) -> Turn {
         if let Some(side) = self.winner {
-            return Turn { side, timed: false };
+            return Turn::settled(side);
         }
         let side = if self.runs.is_multiple_of(2) {
             Side::Hypatia
@@ -71,6 +121,7 @@ impl Race {
         Turn {
             side,
             timed: self.runs >= 2,
+            counts: true,
         }
     }
 
@@ -111,6 +162,8 @@ pub struct Alternative<R: CubeRuntime> {
     /// when its own autotune prefers its unfused path.
     first_op: usize,
     races: HashMap<Vec<usize>, Race>,
+    /// Whether the device has matrix units for the step's dtype (asked once).
+    matrix_units: Option<bool>,
 }
 
 /// Serialisable form of an [`Alternative`].
@@ -136,6 +189,7 @@ impl<R: CubeRuntime> Alternative<R> {
                 optimization,
                 first_op,
                 races: HashMap::new(),
+                matrix_units: None,
             }),
             _ => None,
         }
@@ -155,29 +209,53 @@ impl<R: CubeRuntime> Alternative<R> {
             optimization: MatmulOptimization::from_state(device, state.optimization),
             first_op: state.first_op,
             races: HashMap::new(),
+            matrix_units: None,
         }
     }
 
-    /// This execution's turn at real shape `key`.
-    pub fn turn(&self, key: &[usize]) -> Turn {
-        self.races.get(key).map_or(
+    /// This execution's turn at real shape `key` of a step of `dtype` on `client`'s device, if
+    /// the step races under the current policies.
+    pub fn turn<C: Runtime>(
+        &mut self,
+        key: &ShapeKey,
+        client: &ComputeClient<C>,
+        dtype: DType,
+    ) -> Option<Turn> {
+        match race_policy() {
+            RacePolicy::Never => return None,
+            RacePolicy::Burn => return Some(Turn::settled(Side::Burn)),
+            RacePolicy::Always => {}
+            RacePolicy::Auto => {
+                let units = *self
+                    .matrix_units
+                    .get_or_insert_with(|| has_matrix_units(client, dtype));
+                if execution_policy() != ExecutionPolicy::Auto || !units {
+                    return None;
+                }
+            }
+        }
+        Some(self.races.get(key.as_slice()).map_or(
             Turn {
                 side: Side::Hypatia,
                 timed: false,
+                counts: true,
             },
             Race::turn,
-        )
+        ))
     }
 
-    /// Counts a run at `key`; returns the winner when this run decided, with both best times
-    /// (µs: Hypatia, Burn).
+    /// Counts a run at `key` that [`Turn::counts`]; returns the winner when this run decided,
+    /// with both best times (µs: Hypatia, Burn).
     pub fn record(
         &mut self,
-        key: &[usize],
+        key: &ShapeKey,
         turn: Turn,
         elapsed: Option<Duration>,
     ) -> Option<(Side, [f64; 2])> {
-        let race = self.races.entry(key.to_vec()).or_default();
+        if !self.races.contains_key(key.as_slice()) {
+            self.races.insert(key.as_slice().to_vec(), Race::default());
+        }
+        let race = self.races.get_mut(key.as_slice())?;
         race.record(turn, elapsed).map(|side| (side, race.micros()))
     }
 
@@ -213,28 +291,6 @@ pub fn alternatives<R: CubeRuntime>(
     plan.steps.iter().map(build).collect()
 }
 
-/// Whether steps of `dtype` race on `client`'s device under the current policies, and whether
-/// Burn's side is forced.
-pub fn racing<R: Runtime>(client: &ComputeClient<R>, dtype: DType) -> Option<Forced> {
-    match race_policy() {
-        RacePolicy::Never => None,
-        RacePolicy::Burn => Some(Forced::Burn),
-        RacePolicy::Always => Some(Forced::No),
-        RacePolicy::Auto => (execution_policy() == ExecutionPolicy::Auto
-            && has_matrix_units(client, dtype))
-        .then_some(Forced::No),
-    }
-}
-
-/// Whether a racing step's side is forced by [`RacePolicy::Burn`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Forced {
-    /// Measure.
-    No,
-    /// Always Burn's side.
-    Burn,
-}
-
 /// Waits for the device's queue to drain and returns the time: the two ends of a timed run.
 pub fn settle<R: Runtime>(client: &ComputeClient<R>) -> Instant {
     // An error here is the step's own or an earlier op's; either way it reaches the user at
@@ -268,18 +324,20 @@ mod tests {
             turns[0],
             Turn {
                 side: Side::Hypatia,
-                timed: false
+                timed: false,
+                counts: true
             }
         );
         assert_eq!(
             turns[1],
             Turn {
                 side: Side::Burn,
-                timed: false
+                timed: false,
+                counts: true
             }
         );
         for (i, turn) in turns.iter().enumerate().skip(2) {
-            assert!(turn.timed);
+            assert!(turn.timed && turn.counts);
             let expected = if i % 2 == 0 {
                 Side::Hypatia
             } else {
@@ -302,7 +360,8 @@ mod tests {
                     race.turn(),
                     Turn {
                         side: winner,
-                        timed: false
+                        timed: false,
+                        counts: false
                     }
                 );
                 assert_eq!(run(race, times), None);
