@@ -18,6 +18,7 @@ use burn::prelude::*;
 use burn::tensor::Element;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
+use hypatia::kernel::{RacePolicy, set_race_policy};
 use std::time::Instant;
 
 #[path = "common/bench.rs"]
@@ -47,6 +48,25 @@ struct Args {
     /// Leave out the table header (used for the per-dtype child processes).
     #[arg(long)]
     no_header: bool,
+    /// Race policies to time in turn in this one process, comma separated (auto, always,
+    /// burn, never; see `hypatia::kernel::RacePolicy`). Without it, `HYPATIA_RACE` decides.
+    #[arg(long)]
+    races: Option<String>,
+}
+
+/// `--races` as policies; `[None]` leaves the policy to `HYPATIA_RACE`.
+fn race_policies(races: Option<&str>) -> Vec<Option<RacePolicy>> {
+    let Some(races) = races else {
+        return vec![None];
+    };
+    let policy = |name: &str| match name {
+        "auto" => RacePolicy::Auto,
+        "always" => RacePolicy::Always,
+        "burn" => RacePolicy::Burn,
+        "never" => RacePolicy::Never,
+        other => panic!("--races: unknown policy {other:?} (auto, always, burn, never)"),
+    };
+    races.split(',').map(|name| Some(policy(name))).collect()
 }
 
 /// One backend's training step on one MLP, ready to time.
@@ -120,6 +140,9 @@ where
 struct Row {
     mlp: String,
     dtype: String,
+    /// The race policy in force (`--races`), or "env" where `HYPATIA_RACE` decided.
+    #[serde(default)]
+    race: String,
     hypatia_ms: f64,
     burn_ms: f64,
     hypatia_mib: f64,
@@ -144,80 +167,109 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .collect();
         let spec = [spec[0], spec[1], spec[2], spec[3]];
         let patterns = ["linear-relu", "matmul-relu-grad", "matmul"];
-        let count = || patterns.map(|p| hypatia::stats(&device).executed(p));
+        // Per pattern: Hypatia's kernel runs, and the runs of Burn's fused matmul the race chose.
+        let count = || {
+            let stats = hypatia::stats(&device);
+            let burn_side = |p: &str| stats.patterns.get(p).map_or(0, |p| p.burn_fused);
+            patterns.map(|p| (stats.executed(p), burn_side(p)))
+        };
         let mut hypatia = bench::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args.steps);
         let mut burn = bench::<Autodiff<PlainOf<F>>>(spec, args.steps);
-        // Warm-up (autotune settles), then timed batches alternating between the two (each
-        // going first in turn), so drift in the machine's state hits both alike.
-        for _ in 0..3 {
-            (hypatia.batch)();
-            (burn.batch)();
-        }
-        let (mut hypatia_runs, mut burn_runs) = (Vec::new(), Vec::new());
-        let (before, host_before) = (count(), hypatia::stats(&device).host);
-        for run in 0..args.runs {
-            if run % 2 == 0 {
-                hypatia_runs.push((hypatia.batch)());
-                burn_runs.push((burn.batch)());
-            } else {
-                burn_runs.push((burn.batch)());
-                hypatia_runs.push((hypatia.batch)());
+        for race in race_policies(args.races.as_deref()) {
+            if let Some(race) = race {
+                set_race_policy(race);
             }
+            let race = race.map_or("env".to_string(), |r| format!("{r:?}").to_lowercase());
+            let label = if args.races.is_some() {
+                format!("{mlp} [{race}]")
+            } else {
+                mlp.to_string()
+            };
+            // Warm-up until autotune settles and no race runs (each race syncs the device
+            // around its runs; plans, and so races, can appear a few batches in), then timed
+            // batches alternating between the two (each going first in turn), so drift in the
+            // machine's state hits both alike.
+            let racing = || {
+                let stats = hypatia::stats(&device);
+                stats.patterns.values().map(|p| p.racing).sum::<u64>()
+            };
+            for warmup in 0.. {
+                let before = racing();
+                (hypatia.batch)();
+                (burn.batch)();
+                if warmup >= 2 && racing() == before || warmup == 50 {
+                    break;
+                }
+            }
+            let (mut hypatia_runs, mut burn_runs) = (Vec::new(), Vec::new());
+            let (before, host_before) = (count(), hypatia::stats(&device).host);
+            for run in 0..args.runs {
+                if run % 2 == 0 {
+                    hypatia_runs.push((hypatia.batch)());
+                    burn_runs.push((burn.batch)());
+                } else {
+                    burn_runs.push((burn.batch)());
+                    hypatia_runs.push((hypatia.batch)());
+                }
+            }
+            let (after, host) = (count(), hypatia::stats(&device).host);
+            let steps = (args.runs * args.steps) as f64;
+            let per_step = |after: u64, before: u64| (after - before) as f64 / steps;
+            let fused_per_step = [0, 1, 2].map(|i| per_step(after[i].0, before[i].0));
+            let burn_side_per_step = [0, 1, 2].map(|i| per_step(after[i].1, before[i].1));
+            let medians = |runs: Vec<(f64, f64)>| {
+                let (ms, host): (Vec<f64>, Vec<f64>) = runs.into_iter().unzip();
+                (median(ms), median(host))
+            };
+            let ((hypatia_ms, hypatia_host), (burn_ms, burn_host)) =
+                (medians(hypatia_runs), medians(burn_runs));
+            let egg = hypatia::stats(&device).egg;
+            eprintln!(
+                "bench_train: {label} {dtype}: ms per step (of it before the sync, recording and launching): \
+                 Hypatia {hypatia_ms:.4} ({hypatia_host:.4}), Burn {burn_ms:.4} ({burn_host:.4})"
+            );
+            eprintln!(
+                "bench_train: {label} {dtype}: Hypatia's host time per timed step: fuser {:.1} us, \
+                 executing {:.1} us ({:.1} blocks); e-graph runs in all {} ({} us); \
+                 steps on Burn's side of the race per step {burn_side_per_step:?}",
+                per_step(host.fuser_nanos, host_before.fuser_nanos) / 1e3,
+                per_step(host.execute_nanos, host_before.execute_nanos) / 1e3,
+                per_step(host.executions, host_before.executions),
+                egg.runs,
+                egg.total_micros,
+            );
+            // One step each, after the timing: the markers on stderr delimit one steady-state
+            // step of each backend in logs such as CubeCL's kernel log or BURN_FUSION_LOG.
+            eprintln!("bench_train: memory step: hypatia");
+            let (hypatia_mib, hypatia_peak_mib) = (hypatia.memory)();
+            eprintln!("bench_train: memory step: burn");
+            let (burn_mib, burn_peak_mib) = (burn.memory)();
+            eprintln!("bench_train: memory step: end");
+            let flops = 6.0
+                * (spec[0] * (spec[1] * spec[2] + spec[2] * spec[2] + spec[2] * spec[3])) as f64;
+            let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;
+            println!(
+                "{label:<22} {dtype:>5} {hypatia_ms:>9.4} {burn_ms:>9.4} {:>7.2}x {:>7.1} {:>7.1} {hypatia_mib:>9.1} {burn_mib:>9.1} {hypatia_peak_mib:>9.1} {burn_peak_mib:>9.1}  {:.1}/{:.1}/{:.1}",
+                burn_ms / hypatia_ms,
+                tflops(hypatia_ms),
+                tflops(burn_ms),
+                fused_per_step[0],
+                fused_per_step[1],
+                fused_per_step[2],
+            );
+            rows.push(Row {
+                mlp: mlp.to_string(),
+                dtype: dtype.clone(),
+                race,
+                hypatia_ms,
+                burn_ms,
+                hypatia_mib,
+                burn_mib,
+                hypatia_peak_mib,
+                burn_peak_mib,
+                fused_per_step,
+            });
         }
-        let (after, host) = (count(), hypatia::stats(&device).host);
-        let steps = (args.runs * args.steps) as f64;
-        let per_step = |after: u64, before: u64| (after - before) as f64 / steps;
-        let fused_per_step = [0, 1, 2].map(|i| per_step(after[i], before[i]));
-        let medians = |runs: Vec<(f64, f64)>| {
-            let (ms, host): (Vec<f64>, Vec<f64>) = runs.into_iter().unzip();
-            (median(ms), median(host))
-        };
-        let ((hypatia_ms, hypatia_host), (burn_ms, burn_host)) =
-            (medians(hypatia_runs), medians(burn_runs));
-        let egg = hypatia::stats(&device).egg;
-        eprintln!(
-            "bench_train: {mlp} {dtype}: ms per step (of it before the sync, recording and launching): \
-             Hypatia {hypatia_ms:.4} ({hypatia_host:.4}), Burn {burn_ms:.4} ({burn_host:.4})"
-        );
-        eprintln!(
-            "bench_train: {mlp} {dtype}: Hypatia's host time per timed step: fuser {:.1} us, \
-             executing {:.1} us ({:.1} blocks); e-graph runs in all {} ({} us)",
-            per_step(host.fuser_nanos, host_before.fuser_nanos) / 1e3,
-            per_step(host.execute_nanos, host_before.execute_nanos) / 1e3,
-            per_step(host.executions, host_before.executions),
-            egg.runs,
-            egg.total_micros,
-        );
-        // One step each, after the timing: the markers on stderr delimit one steady-state step
-        // of each backend in logs such as CubeCL's kernel log or BURN_FUSION_LOG.
-        eprintln!("bench_train: memory step: hypatia");
-        let (hypatia_mib, hypatia_peak_mib) = (hypatia.memory)();
-        eprintln!("bench_train: memory step: burn");
-        let (burn_mib, burn_peak_mib) = (burn.memory)();
-        eprintln!("bench_train: memory step: end");
-        let flops =
-            6.0 * (spec[0] * (spec[1] * spec[2] + spec[2] * spec[2] + spec[2] * spec[3])) as f64;
-        let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;
-        println!(
-            "{mlp:<22} {dtype:>5} {hypatia_ms:>9.4} {burn_ms:>9.4} {:>7.2}x {:>7.1} {:>7.1} {hypatia_mib:>9.1} {burn_mib:>9.1} {hypatia_peak_mib:>9.1} {burn_peak_mib:>9.1}  {:.1}/{:.1}/{:.1}",
-            burn_ms / hypatia_ms,
-            tflops(hypatia_ms),
-            tflops(burn_ms),
-            fused_per_step[0],
-            fused_per_step[1],
-            fused_per_step[2],
-        );
-        rows.push(Row {
-            mlp: mlp.to_string(),
-            dtype: dtype.clone(),
-            hypatia_ms,
-            burn_ms,
-            hypatia_mib,
-            burn_mib,
-            hypatia_peak_mib,
-            burn_peak_mib,
-            fused_per_step,
-        });
     }
 }
 

@@ -26,11 +26,15 @@ pub struct PatternStats {
     pub verified: u64,
     /// Plans that ran Burn's ops instead, by reason (checked at run time).
     pub fallbacks: BTreeMap<String, u64>,
-    /// Real shapes at which a step was timed against Burn's own fused matmul for its ops and
+    /// Real shapes at which a step was timed against Burn's own way of running its ops and
     /// a winner chosen (see [`crate::runtime::race`]).
     pub raced: u64,
-    /// Steps run as Burn's own fused matmul for their ops: while racing, and where it won.
-    /// Not counted in [`Self::steps`]: no Hypatia kernel ran.
+    /// Executions of a step while its race at that shape was undecided (warm-up and timed
+    /// runs, each between device syncs): a benchmark's warm-up is over when these stop.
+    pub racing: u64,
+    /// Steps run on Burn's side of the race (its fused matmul for their ops, or its matmul op
+    /// for a lone matmul): while racing, and where it won. Not counted in [`Self::steps`]: no
+    /// Hypatia kernel ran.
     pub burn_fused: u64,
 }
 

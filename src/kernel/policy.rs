@@ -175,11 +175,11 @@ pub fn choose_chain<R: Runtime>(chain: &ChainProblem, client: &ComputeClient<R>)
     }
 }
 
-/// Whether a fused step is raced against Burn's own fused matmul for the same ops.
+/// Whether a fused step is raced against Burn's own way of running the same ops.
 ///
 /// burn-fusion keys plans on relative shapes, so the plan cannot know whether its kernel beats
-/// Burn's at the real ones. Where Burn's `MatmulFuser` takes exactly a step's ops, the step holds
-/// that optimization too, times both at each new real shape (after one warm-up run of each) and
+/// Burn's at the real ones. Where Burn's `MatmulFuser` takes a step's matmul and the step's ops
+/// after it, the step holds that optimization too, times both at each new real shape (after one warm-up run of each) and
 /// runs the faster from then on (see `runtime::race`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RacePolicy {

@@ -34,7 +34,7 @@ pub struct LinearOptimization<R: CubeRuntime> {
     checks: Vec<StepCheck>,
     /// The plan's chained runs, and what their executions established.
     chains: Vec<ChainCheck>,
-    /// Per step of the plan: Burn's own fused matmul for its ops, raced against it.
+    /// Per step of the plan: Burn's own way of running its ops, raced against it.
     alternatives: Vec<Option<Alternative<R>>>,
     _runtime: PhantomData<R>,
 }
@@ -300,9 +300,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 }
             );
         }
-        if decided.is_some() || race.turn.side == Side::Burn {
+        if race.turn.counts || race.turn.side == Side::Burn {
             stats::record(&self.device_key, |s| {
                 let counters = stats::pattern(s, race.pattern);
+                counters.racing += race.turn.counts as u64;
                 counters.raced += decided.is_some() as u64;
                 counters.burn_fused += (race.turn.side == Side::Burn) as u64;
             });

@@ -1,15 +1,23 @@
-//! The race: a fused step against Burn's own fused matmul for the same ops, per real shape.
+//! The race: a fused step against Burn's own way of running the same ops, per real shape.
 //!
 //! burn-fusion stores plans by *relative* shapes, so a plan made at one size replays at every
 //! other, and the planner cannot know whether Hypatia's kernel beats Burn's at the real sizes
 //! (in f32 on an H100 Burn's matmul with its fused epilogue won at 1024×784×2048, 2026-11-24).
-//! So where Burn's `MatmulFuser` takes exactly a step's ops, the step also holds the
-//! `MatmulOptimization` Burn itself would have run for them. At each new real shape both run once
-//! to warm up (compilation, autotune), then [`SAMPLES`] times each, alternately, between device
-//! syncs; the faster by its best time runs that shape from then on. Every run computes the
-//! step's real outputs, so the race costs a few syncs per shape and nothing else.
+//! So where Burn's `MatmulFuser` takes a step's matmul and every op of the step after it, the
+//! step also holds the `MatmulOptimization` Burn itself would have run for them, or, for a lone
+//! matmul (which that fuser does not take), Burn's matmul op. The step's ops before its matmul
+//! (views of an operand, such as a rank-3 Linear's weight reshape) run first, as Burn's ops.
+//! The ops need not be adjacent in the block: a backward's ReLU gate comes a few ops after its
+//! matmul, and Burn's fused matmul takes it as its epilogue, as it would if the ops were
+//! adjacent, so Hypatia races the better of Burn's two ways of running them.
+//!
+//! At each new real shape both sides run once to warm up (compilation, autotune), then
+//! [`SAMPLES`] times each, alternately, between device syncs; the faster by its best time runs
+//! that shape from then on. Every run computes the step's real outputs, so the race costs a few
+//! syncs per shape and nothing else.
 
 use super::{HypatiaRuntime, execute_burn_at};
+use crate::fallback::run_unfused;
 use crate::kernel::{ExecutionPolicy, RacePolicy, execution_policy, has_matrix_units, race_policy};
 use crate::plan::{Plan, Step};
 use burn_backend::DType;
@@ -19,7 +27,7 @@ use burn_cubecl_fusion::optim::CubeOptimization;
 use burn_cubecl_fusion::optim::matmul::{MatmulFuser, MatmulOptimization, MatmulOptimizationState};
 use burn_fusion::OperationFuser;
 use burn_fusion::stream::{Context, OrderedExecution};
-use burn_ir::OperationIr;
+use burn_ir::{FloatOperationIr, OperationIr};
 use cubecl::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -155,11 +163,15 @@ impl Race {
     }
 }
 
-/// Burn's fused matmul for one step's ops, and the races it ran against the step.
+/// Burn's way of running one step's ops, and the races it ran against the step.
 pub struct Alternative<R: CubeRuntime> {
-    optimization: MatmulOptimization<R>,
-    /// Block index of the step's first op: the matmul, which Burn's optimization runs alone
-    /// when its own autotune prefers its unfused path.
+    /// Burn's fused matmul for them; `None` for a lone matmul, which Burn's `MatmulFuser` does
+    /// not take (it is not ready without an epilogue op), so burn-fusion runs it as Burn's op.
+    optimization: Option<MatmulOptimization<R>>,
+    /// Block indices of the step's ops before its matmul, run first as Burn's ops.
+    prefix: Vec<usize>,
+    /// Block index of the step's matmul, which Burn's optimization runs alone when its own
+    /// autotune prefers its unfused path.
     first_op: usize,
     races: HashMap<Vec<usize>, Race>,
     /// Whether the device has matrix units for the step's dtype (asked once).
@@ -169,36 +181,53 @@ pub struct Alternative<R: CubeRuntime> {
 /// Serialisable form of an [`Alternative`].
 #[derive(Serialize, Deserialize, Debug)]
 pub struct AlternativeState {
-    optimization: MatmulOptimizationState,
+    optimization: Option<MatmulOptimizationState>,
+    #[serde(default)]
+    prefix: Vec<usize>,
     first_op: usize,
 }
 
 impl<R: CubeRuntime> Alternative<R> {
-    /// Burn's optimization for block ops `first_op..first_op + ops.len()` (`ops` relative, as
-    /// the fuser was fed them), if Burn's `MatmulFuser` takes all of them.
-    pub fn build(ops: &[OperationIr], first_op: usize, device: &R::Device) -> Option<Self> {
+    /// Burn's way of running the block ops `step_ops` (block order; `ops` are the block's
+    /// relative ops, as the fuser was fed them), if Burn's `MatmulFuser` takes the step's
+    /// matmul and every step op after it: its fused matmul, or for a lone matmul Burn's op.
+    pub fn build(ops: &[OperationIr], step_ops: &[usize], device: &R::Device) -> Option<Self> {
+        let matmul = |&i: &usize| {
+            matches!(
+                ops.get(i),
+                Some(OperationIr::Float(_, FloatOperationIr::Matmul(_)))
+            )
+        };
+        let at = step_ops.iter().position(matmul)?;
+        let (prefix, fused) = step_ops.split_at(at);
         let mut fuser = MatmulFuser::<R>::new(device.clone());
-        for op in ops {
-            fuser.fuse(op);
+        for &op in fused {
+            fuser.fuse(ops.get(op)?);
         }
-        if fuser.len() != ops.len() || !fuser.properties().ready {
+        if fuser.len() != fused.len() {
             return None;
         }
-        match fuser.finish() {
-            CubeOptimization::Matmul(optimization) => Some(Self {
-                optimization,
-                first_op,
-                races: HashMap::new(),
-                matrix_units: None,
-            }),
-            _ => None,
-        }
+        let optimization = match fused.len() {
+            1 => None,
+            _ => match fuser.finish() {
+                CubeOptimization::Matmul(optimization) => Some(optimization),
+                _ => return None,
+            },
+        };
+        Some(Self {
+            optimization,
+            prefix: prefix.to_vec(),
+            first_op: fused[0],
+            races: HashMap::new(),
+            matrix_units: None,
+        })
     }
 
     /// Its state, for burn-fusion's optimization store.
     pub fn to_state(&self) -> AlternativeState {
         AlternativeState {
-            optimization: self.optimization.to_state(),
+            optimization: self.optimization.as_ref().map(MatmulOptimization::to_state),
+            prefix: self.prefix.clone(),
             first_op: self.first_op,
         }
     }
@@ -206,7 +235,9 @@ impl<R: CubeRuntime> Alternative<R> {
     /// Back from [`Self::to_state`].
     pub fn from_state(device: &R::Device, state: AlternativeState) -> Self {
         Self {
-            optimization: MatmulOptimization::from_state(device, state.optimization),
+            optimization: (state.optimization)
+                .map(|state| MatmulOptimization::from_state(device, state)),
+            prefix: state.prefix,
             first_op: state.first_op,
             races: HashMap::new(),
             matrix_units: None,
@@ -259,34 +290,31 @@ impl<R: CubeRuntime> Alternative<R> {
         race.record(turn, elapsed).map(|side| (side, race.micros()))
     }
 
-    /// Runs Burn's optimization on the step's ops.
+    /// Runs the step's ops as Burn would: the ops before its matmul, then Burn's optimization
+    /// (or its matmul op).
     pub fn run(
         &mut self,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
     ) {
-        execute_burn_at(&mut self.optimization, self.first_op, context, execution);
+        run_unfused(self.prefix.iter().copied(), context, execution);
+        match &mut self.optimization {
+            Some(optimization) => execute_burn_at(optimization, self.first_op, context, execution),
+            None => run_unfused([self.first_op], context, execution),
+        }
     }
 }
 
 /// Burn's alternative for each step of `plan` (`None` where Burn's `MatmulFuser` would not take
-/// exactly the step's ops: they are not contiguous, or do not begin with the matmul). `ops` are
-/// the block's relative ops.
+/// the step's matmul and every step op after it). `ops` are the block's relative ops.
 pub fn alternatives<R: CubeRuntime>(
     plan: &Plan,
     ops: &[OperationIr],
     device: &R::Device,
 ) -> Vec<Option<Alternative<R>>> {
-    let build = |step: &Step| {
-        let Step::Fused(fused) = step else {
-            return None;
-        };
-        let first = *fused.ops.first()?;
-        let contiguous = fused.ops.iter().enumerate().all(|(i, &op)| op == first + i);
-        let end = first + fused.ops.len();
-        (contiguous && end <= ops.len())
-            .then(|| Alternative::build(&ops[first..end], first, device))
-            .flatten()
+    let build = |step: &Step| match step {
+        Step::Fused(fused) => Alternative::build(ops, &fused.ops, device),
+        Step::Run(_) => None,
     };
     plan.steps.iter().map(build).collect()
 }

@@ -2,11 +2,12 @@
 //! whichever side runs, the results are Burn's, and each real shape is decided once.
 
 use super::common::*;
+use super::train::{grad_tolerance, gradients};
 use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::linear;
-use hypatia::kernel::RacePolicy;
+use hypatia::kernel::{ExecutionPolicy, RacePolicy};
 use hypatia::runtime::race::SAMPLES;
 
 /// What a pattern's counters say: Hypatia's kernel runs, Burn's fused-matmul runs, races decided.
@@ -78,13 +79,23 @@ fn burns_side_gives_burns_results_on_every_form() {
         "Burn's fused matmul ran both ReLU forms at both sizes: {relu:?}"
     );
     assert_eq!(relu[2] + plain[2], 0, "a forced side decides no race");
-    // A rank-3 Linear reshapes its weight and bias to rank 3 around the matmul, so the step's
-    // ops are not one run Burn's `MatmulFuser` takes: no alternative, Hypatia's kernel runs.
+    // A rank-3 Linear reshapes its weight to rank 3 before the matmul: Burn's side runs that
+    // view as Burn's op, then Burn's fused matmul for the rest of the step.
     let x = data(9, &[2, 17, k], 1.0);
     let fused = forms::<Fused, 3>(&x, &w, &b);
     for (f, p) in fused.iter().zip(&forms::<Plain, 3>(&x, &w, &b)) {
         assert_close(f, p, 1e-5);
     }
+    let [relu, plain] = [0, 1].map(|i| delta(before[i], patterns[i]));
+    assert_eq!(
+        relu[0] + plain[0],
+        0,
+        "rank 3: no Hypatia kernel ran: {relu:?} {plain:?}"
+    );
+    assert_eq!(
+        relu[1], 6,
+        "Burn's fused matmul ran both rank-3 ReLU forms: {relu:?}"
+    );
 }
 
 /// A measured race: every execution, timed or not, gives Burn's results; the shape is decided
@@ -131,8 +142,8 @@ fn a_race_decides_each_real_shape_once() {
     }
 }
 
-/// Training steps race too (the forward's Linear+ReLU, the backward's gated matmul): under
-/// `Autodiff`, gradients equal Burn's whichever side ran.
+/// Training steps race too (the forward's Linear+ReLU, the backward's gated matmul and weight
+/// gradients): under `Autodiff`, gradients equal Burn's whichever side ran.
 #[test]
 fn raced_backward_matches_burn() {
     for policy in [RacePolicy::Always, RacePolicy::Burn] {
@@ -151,6 +162,38 @@ fn raced_backward_matches_burn() {
         let after = counters("linear-relu")[1] + counters("matmul-relu-grad")[1];
         assert!(after > before, "{policy:?}: Burn's side ran some steps");
     }
+}
+
+/// A deeper backward, with every matmul claimed: each layer's gated `dy · Wᵀ` takes its ReLU
+/// gate a few ops after its matmul, and the weight gradients read a transposed view made
+/// outside the step. Burn's side, forced, runs every one of those steps and gives Burn's
+/// gradients.
+#[test]
+fn burns_side_runs_every_backward_step() {
+    let _race = RaceGuard::set(RacePolicy::Burn);
+    let _policy = PolicyGuard::set(ExecutionPolicy::Tiled);
+    let patterns = ["matmul-relu-grad", "matmul"];
+    let before = patterns.map(counters);
+    let widths = [33, 65, 17, 9];
+    for batch in [1, 17] {
+        let x = data(40 + batch as u64, &[batch, widths[0]], 1.0);
+        let target = data(41, &[batch, widths[3]], 1.0);
+        let fused = gradients::<Autodiff<Fused>, 2>(widths, x.clone(), target.clone());
+        let plain = gradients::<Autodiff<Plain>, 2>(widths, x, target);
+        for (f, p) in fused.iter().zip(&plain) {
+            assert_close(f, p, grad_tolerance());
+        }
+    }
+    let [gated, matmul] = [0, 1].map(|i| delta(before[i], patterns[i]));
+    assert_eq!(gated[0], 0, "no gated Hypatia kernel ran: {gated:?}");
+    assert_eq!(
+        gated[1], 4,
+        "Burn's side ran both layers' gated steps, twice: {gated:?}"
+    );
+    assert!(
+        matmul[1] > 0,
+        "Burn's side ran weight gradients: {matmul:?}"
+    );
 }
 
 /// Gradients of x, w and b through relu(x·w + b)·v summed.

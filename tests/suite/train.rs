@@ -31,7 +31,7 @@ fn parameters<B: Backend>(model: &Mlp<B>) -> Vec<TensorData> {
 }
 
 /// The gradient of every parameter and of the input after one MSE backward pass.
-fn gradients<B: AutodiffBackend, const D: usize>(
+pub(super) fn gradients<B: AutodiffBackend, const D: usize>(
     widths: [usize; 4],
     x: TensorData,
     target: TensorData,
@@ -201,7 +201,7 @@ fn adam_training_matches_burn() {
 /// (unit roundoff u = 2⁻¹¹ ≈ 4.9e-4), and a gradient passes through up to three matmuls of
 /// depth ≤ 65: their rounding differs by up to ~K·u each. Seen on an H100: 3.9e-3 at one
 /// element of the first layer's weight gradient. A wrong gate or a lost bias is off by O(1).
-fn grad_tolerance() -> f32 {
+pub(super) fn grad_tolerance() -> f32 {
     if cfg!(feature = "cuda") {
         1e-2
     } else {
