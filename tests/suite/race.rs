@@ -1,10 +1,12 @@
 //! The race of a fused step against Burn's own fused matmul for its ops (`hypatia::runtime::race`):
 //! whichever side runs, the results are Burn's, and each real shape is decided once.
 
+use super::check::burn_tolerance;
 use super::common::*;
 use super::train::{grad_tolerance, gradients};
 use burn::backend::Autodiff;
 use burn::prelude::*;
+use burn::tensor::DType;
 use burn::tensor::activation::relu;
 use burn::tensor::module::linear;
 use hypatia::kernel::{ExecutionPolicy, RacePolicy};
@@ -120,7 +122,8 @@ fn a_race_decides_each_real_shape_once() {
             Tensor::from_data(w.clone(), &device),
             Some(Tensor::from_data(b.clone(), &device)),
         ));
-        assert_close(&f.into_data(), &p.into_data(), 1e-5);
+        // On CUDA both sides' f32 matmuls run TF32, rounded differently by each kernel.
+        assert_close(&f.into_data(), &p.into_data(), burn_tolerance(DType::F32));
     };
     let runs = 2 + 2 * SAMPLES as usize;
     for (m, races) in [(19, 1), (23, 2)] {
@@ -156,7 +159,7 @@ fn raced_backward_matches_burn() {
             let fused = grads::<Autodiff<Fused>>(&x, &w, &b);
             let plain = grads::<Autodiff<Plain>>(&x, &w, &b);
             for (f, p) in fused.iter().zip(&plain) {
-                assert_close(f, p, 1e-4);
+                assert_close(f, p, grad_tolerance().max(1e-4));
             }
         }
         let after = counters("linear-relu")[1] + counters("matmul-relu-grad")[1];
