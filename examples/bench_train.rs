@@ -59,13 +59,7 @@ fn race_policies(races: Option<&str>) -> Vec<Option<RacePolicy>> {
     let Some(races) = races else {
         return vec![None];
     };
-    let policy = |name: &str| match name {
-        "auto" => RacePolicy::Auto,
-        "always" => RacePolicy::Always,
-        "burn" => RacePolicy::Burn,
-        "never" => RacePolicy::Never,
-        other => panic!("--races: unknown policy {other:?} (auto, always, burn, never)"),
-    };
+    let policy = |name: &str| name.parse().unwrap_or_else(|e| panic!("--races: {e}"));
     races.split(',').map(|name| Some(policy(name))).collect()
 }
 

@@ -205,8 +205,27 @@ pub fn set_race_policy(policy: RacePolicy) {
 
 /// The race policy in force.
 pub fn race_policy() -> RacePolicy {
-    use RacePolicy::*;
-    [Auto, Always, Burn, Never][RACE_POLICY.get()]
+    RACE_POLICIES[RACE_POLICY.get()]
+}
+
+/// The policies in the order of `RACE_POLICY`'s names.
+const RACE_POLICIES: [RacePolicy; 4] = [
+    RacePolicy::Auto,
+    RacePolicy::Always,
+    RacePolicy::Burn,
+    RacePolicy::Never,
+];
+
+impl core::str::FromStr for RacePolicy {
+    type Err = String;
+
+    /// A policy by the name `HYPATIA_RACE` takes: `auto`, `always`, `burn` or `never`.
+    fn from_str(name: &str) -> Result<Self, String> {
+        let names = RACE_POLICY.names;
+        (names.iter().position(|n| *n == name))
+            .map(|index| RACE_POLICIES[index])
+            .ok_or_else(|| format!("unknown race policy {name:?} (one of {names:?})"))
+    }
 }
 
 #[cfg(test)]
@@ -221,5 +240,15 @@ mod tests {
         assert_eq!(SETTING.get(), 2);
         SETTING.set(1);
         assert_eq!(SETTING.get(), 1);
+    }
+
+    #[test]
+    fn race_policies_parse_by_their_env_names() {
+        let parsed: Vec<RacePolicy> = ["auto", "always", "burn", "never"]
+            .iter()
+            .map(|name| name.parse().unwrap())
+            .collect();
+        assert_eq!(parsed, RACE_POLICIES);
+        assert!("fast".parse::<RacePolicy>().is_err());
     }
 }

@@ -165,58 +165,55 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
     ) {
-        let plan = self.plan.clone();
-        let (step, check) = (&plan.steps[index], &mut self.checks[index]);
-        {
-            let fused = match step {
-                Step::Run(index) => {
-                    run_unfused([*index], context, execution);
-                    return;
+        let (step, check) = (&self.plan.steps[index], &mut self.checks[index]);
+        let fused = match step {
+            Step::Run(index) => {
+                run_unfused([*index], context, execution);
+                return;
+            }
+            Step::Fused(fused) => fused,
+        };
+        let outcome = match &check.broken {
+            Some(reason) => {
+                run_unfused(fused.ops.iter().copied(), context, execution);
+                Err(reason.clone())
+            }
+            None => {
+                let verify = if check.verified {
+                    VerifyMode::Off
+                } else {
+                    verify_mode()
+                };
+                let checks = Checks {
+                    launched: check.launched,
+                    verify,
+                    device_key: &self.device_key,
+                };
+                run_fused(fused, context, execution, checks)
+            }
+        };
+        match outcome {
+            Ok(ran) => {
+                if ran.launched {
+                    check.launched |= ran.kind.bit();
                 }
-                Step::Fused(fused) => fused,
-            };
-            let outcome = match &check.broken {
-                Some(reason) => {
-                    run_unfused(fused.ops.iter().copied(), context, execution);
-                    Err(reason.clone())
-                }
-                None => {
-                    let verify = if check.verified {
-                        VerifyMode::Off
-                    } else {
-                        verify_mode()
-                    };
-                    let checks = Checks {
-                        launched: check.launched,
-                        verify,
-                        device_key: &self.device_key,
-                    };
-                    run_fused(fused, context, execution, checks)
-                }
-            };
-            match outcome {
-                Ok(ran) => {
-                    if ran.launched {
-                        check.launched |= ran.kind.bit();
+                check.verified |= ran.verified;
+                stats::record(&self.device_key, |s| {
+                    let counters = stats::pattern(s, fused.pattern());
+                    counters.verified += ran.verified as u64;
+                    match ran.kind {
+                        Execution::Tiled => counters.executed += 1,
+                        Execution::TensorCore => counters.tensor_core += 1,
+                        Execution::Split => counters.split += 1,
                     }
-                    check.verified |= ran.verified;
-                    stats::record(&self.device_key, |s| {
-                        let counters = stats::pattern(s, fused.pattern());
-                        counters.verified += ran.verified as u64;
-                        match ran.kind {
-                            Execution::Tiled => counters.executed += 1,
-                            Execution::TensorCore => counters.tensor_core += 1,
-                            Execution::Split => counters.split += 1,
-                        }
-                    });
+                });
+            }
+            Err(reason) => {
+                if reason.is_permanent() && check.broken.is_none() {
+                    report_broken(&self.device_key, fused, &reason);
+                    check.broken = Some(reason.clone());
                 }
-                Err(reason) => {
-                    if reason.is_permanent() && check.broken.is_none() {
-                        report_broken(&self.device_key, fused, &reason);
-                        check.broken = Some(reason.clone());
-                    }
-                    record_fallback(&self.device_key, fused, &reason);
-                }
+                record_fallback(&self.device_key, fused, &reason);
             }
         }
     }
@@ -232,7 +229,7 @@ struct RaceRun<R: CubeRuntime> {
 }
 
 impl<R: CubeRuntime> LinearOptimization<R> {
-    /// Step `index`'s turn in its race against Burn's fused matmul, if it races now: it has an
+    /// Step `index`'s turn in its race against Burn's side, if it races now: it has an
     /// alternative, its kernel is not broken, and the policy races its dtype on this device.
     fn race_turn(
         &mut self,
@@ -291,12 +288,12 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             .flatten();
         if let Some((winner, [hypatia, burn])) = decided {
             log::debug!(
-                "hypatia: {} at {:?} runs {} from now on ({hypatia:.1} µs Hypatia, {burn:.1} µs Burn's fused matmul)",
+                "hypatia: {} at {:?} runs {} from now on ({hypatia:.1} µs Hypatia, {burn:.1} µs Burn's side)",
                 race.pattern,
                 race.key,
                 match winner {
                     Side::Hypatia => "Hypatia's kernel",
-                    Side::Burn => "Burn's fused matmul",
+                    Side::Burn => "Burn's side",
                 }
             );
         }

@@ -200,19 +200,21 @@ impl<R: CubeRuntime> Alternative<R> {
         };
         let at = step_ops.iter().position(matmul)?;
         let (prefix, fused) = step_ops.split_at(at);
-        let mut fuser = MatmulFuser::<R>::new(device.clone());
-        for &op in fused {
-            fuser.fuse(ops.get(op)?);
-        }
-        if fuser.len() != fused.len() {
-            return None;
-        }
-        let optimization = match fused.len() {
-            1 => None,
-            _ => match fuser.finish() {
-                CubeOptimization::Matmul(optimization) => Some(optimization),
-                _ => return None,
-            },
+        let optimization = match fused {
+            [_matmul] => None,
+            _ => {
+                let mut fuser = MatmulFuser::<R>::new(device.clone());
+                for &op in fused {
+                    fuser.fuse(ops.get(op)?);
+                }
+                if fuser.len() != fused.len() {
+                    return None;
+                }
+                match fuser.finish() {
+                    CubeOptimization::Matmul(optimization) => Some(optimization),
+                    _ => return None,
+                }
+            }
         };
         Some(Self {
             optimization,

@@ -68,18 +68,23 @@ fn burns_side_gives_burns_results_on_every_form() {
             assert_close(f, p, 1e-5);
         }
     }
-    let [relu, plain] = [0, 1].map(|i| delta(before[i], patterns[i]));
-    assert_eq!(
-        relu[0] + plain[0],
-        0,
-        "no Hypatia kernel ran: {relu:?} {plain:?}"
-    );
+    // No Hypatia kernel ran, and Burn's side ran `on_burn` ReLU-form steps in all so far.
+    let burn_side_ran = |on_burn: u64, sizes: &str| {
+        let [relu, plain] = [0, 1].map(|i| delta(before[i], patterns[i]));
+        assert_eq!(
+            relu[0] + plain[0],
+            0,
+            "{sizes}: no Hypatia kernel ran: {relu:?} {plain:?}"
+        );
+        assert_eq!(
+            relu[1], on_burn,
+            "{sizes}: Burn's side ran both ReLU forms: {relu:?}"
+        );
+        [relu, plain]
+    };
     // The bias-only form is claimed only where Hypatia's engine runs (matrix units), so only
     // the two ReLU forms are sure to be steps here.
-    assert_eq!(
-        relu[1], 4,
-        "Burn's fused matmul ran both ReLU forms at both sizes: {relu:?}"
-    );
+    let [relu, plain] = burn_side_ran(4, "rank 2, both sizes");
     assert_eq!(relu[2] + plain[2], 0, "a forced side decides no race");
     // A rank-3 Linear reshapes its weight to rank 3 before the matmul: Burn's side runs that
     // view as Burn's op, then Burn's fused matmul for the rest of the step.
@@ -88,16 +93,7 @@ fn burns_side_gives_burns_results_on_every_form() {
     for (f, p) in fused.iter().zip(&forms::<Plain, 3>(&x, &w, &b)) {
         assert_close(f, p, 1e-5);
     }
-    let [relu, plain] = [0, 1].map(|i| delta(before[i], patterns[i]));
-    assert_eq!(
-        relu[0] + plain[0],
-        0,
-        "rank 3: no Hypatia kernel ran: {relu:?} {plain:?}"
-    );
-    assert_eq!(
-        relu[1], 6,
-        "Burn's fused matmul ran both rank-3 ReLU forms: {relu:?}"
-    );
+    burn_side_ran(6, "rank 3");
 }
 
 /// A measured race: every execution, timed or not, gives Burn's results; the shape is decided
