@@ -42,8 +42,18 @@ fn describe(claim: &Claim) -> String {
                 .steps
                 .iter()
                 .map(|step| match step {
-                    Step::Fused(f) => format!("{} (ops {:?})", f.epilogue.pattern(), f.ops),
+                    Step::Fused(f) => format!(
+                        "{}{} (ops {:?})",
+                        f.epilogue.pattern(),
+                        if f.bias_grad.is_some() {
+                            " + bias gradient"
+                        } else {
+                            ""
+                        },
+                        f.ops
+                    ),
                     Step::Run(op) => format!("burn op {op}"),
+                    Step::BiasGrad(op) => format!("bias gradient {op} (skipped when fused)"),
                 })
                 .collect();
             format!("claims {} ops: {}", plan.len, steps.join(", "))

@@ -21,6 +21,9 @@ pub struct PatternStats {
     /// Steps run as one layer of an MLP-chain launch (see [`crate::kernel::chain`]); the
     /// `mlp-chain` entry counts the launches in `executed`.
     pub chained: u64,
+    /// Bias gradients (`Σ_rows` of a relu-backward step's output) the step's kernel produced,
+    /// whose `sum_dim` ops were then skipped (see [`crate::plan::BiasGrad`]).
+    pub bias_grads: u64,
     /// Steps whose result [verify mode](crate::fallback::verify) compared with Burn's ops and
     /// found equal (the first execution of each step while verification is on).
     pub verified: u64,

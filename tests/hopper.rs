@@ -385,6 +385,8 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
         epilogue: c.epilogue,
         gate: gated.then(|| dev.upload::<H>(&gate_bits, out_shape.clone(), out_strides.clone())),
         params: PARAMS,
+        // Relu's backward also sums its output's rows (a bias gradient).
+        bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
     };
     launch(tiling, &args)?;
 
@@ -406,6 +408,13 @@ fn run<H: Half>(dev: &Device, tiling: WgmmaTiling, c: Case) -> Result<(), String
     compare::<H>("out", &dev.download(&args.out), &out_ref)?;
     if let Some(pre) = &args.pre {
         compare::<H>("pre", &dev.download(pre), &pre_ref)?;
+    }
+    if let Some(bias_grad) = &args.bias_grad {
+        let mut sums = vec![0.0f64; c.n];
+        for (i, v) in out_ref.iter().enumerate() {
+            sums[i % c.n] += v;
+        }
+        compare::<H>("bias gradient", &dev.download(bias_grad), &sums)?;
     }
     Ok(())
 }
@@ -473,6 +482,7 @@ fn wgmma_declines_what_it_cannot_run() {
         epilogue: Epilogue::Relu,
         gate: None,
         params: [0.0; 2],
+        bias_grad: None,
     };
     let err = launch(WGMMA_TILINGS[0], &args).unwrap_err();
     assert!(err.contains("multiples of 8"), "{err}");

@@ -14,8 +14,8 @@ use super::Window;
 use burn_backend::{DType, Shape};
 use burn_ir::{
     BaseOperationIr, BinaryOpIr, CastOpIr, ClampOpIr, CreationOpIr, FloatOperationIr, FullOpIr,
-    MaskFillOpIr, MaskWhereOpIr, MatmulOpIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr,
-    ShapeOpIr, SwapDimsOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
+    MaskFillOpIr, MaskWhereOpIr, MatmulOpIr, NumericOperationIr, OperationIr, ReduceDimOpIr,
+    ScalarIr, ScalarOpIr, ShapeOpIr, SwapDimsOpIr, TensorId, TensorIr, TensorStatus, UnaryOpIr,
 };
 use std::collections::HashMap;
 
@@ -47,6 +47,7 @@ enum Node {
     Mul(T, T),
     Cast(T),
     Clamp(T, u64, u64),
+    SumDim(T, usize),
 }
 
 #[derive(Clone, Copy)]
@@ -278,6 +279,13 @@ impl IrBuilder {
         self.op(Node::MaskFill(x, mask, fill), &shape, self.dtype)
     }
 
+    /// `float_sum_dim(t, axis)`: the dim is kept, with size 1 (a bias gradient's sum).
+    pub fn sum_dim(&mut self, t: T, axis: usize) -> T {
+        let mut shape = self.shape(t);
+        shape[axis] = 1;
+        self.op(Node::SumDim(t, axis), &shape, self.dtypes[t.0 as usize])
+    }
+
     /// `mask_fill(x, mask, 0)` with a mask computed elsewhere.
     pub fn mask_fill(&mut self, x: T, mask: T) -> T {
         let shape = self.shape(x);
@@ -425,6 +433,15 @@ impl IrBuilder {
                             out,
                         }),
                     ),
+                    Node::SumDim(t, axis) => OperationIr::NumericFloat(
+                        dtype,
+                        NumericOperationIr::SumDim(ReduceDimOpIr {
+                            input: read(t, i),
+                            out,
+                            axis,
+                            accumulator_len: 1,
+                        }),
+                    ),
                     Node::Reshape(t) => {
                         OperationIr::BaseFloat(BaseOperationIr::Reshape(ShapeOpIr {
                             input: read(t, i),
@@ -568,7 +585,8 @@ fn node_inputs(node: &Node) -> Vec<T> {
         | Node::Unary(_, a)
         | Node::Scalar(_, a, _)
         | Node::Cast(a)
-        | Node::Clamp(a, _, _) => vec![a],
+        | Node::Clamp(a, _, _)
+        | Node::SumDim(a, _) => vec![a],
         Node::Zeros | Node::Full(_) => vec![],
     }
 }

@@ -62,8 +62,12 @@ pub enum OpKind {
     Clamp,
     /// `float_sum_dim(input, axis)`: a bias gradient. Not rewritten (it is a leaf where read),
     /// but it keeps the window open: in a backward pass it sits between the matmuls and the
-    /// relu mask that fuse with them.
-    SumDim,
+    /// relu mask that fuse with them. The planner lets a relu-backward step produce it (see
+    /// [`crate::plan::BiasGrad`]).
+    SumDim {
+        /// The summed dim (kept, with size 1).
+        axis: usize,
+    },
     /// Ops that compute nothing: a tensor registered from host data (`Init`), a `Drop`.
     /// They may sit anywhere in a block (Burn records `from_data` lazily) and are run as Burn's.
     Bookkeeping,
@@ -80,7 +84,10 @@ impl OpKind {
 
     /// Whether lowering turns the op into an e-graph node (the others' outputs are leaves).
     pub fn is_lowered(&self) -> bool {
-        !matches!(self, OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim)
+        !matches!(
+            self,
+            OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim { .. }
+        )
     }
 
     /// How many scalars the op reads; lowering skips an op whose scalars are literals (an
@@ -113,6 +120,7 @@ impl OpKind {
                 | OpKind::MulScalar
                 | OpKind::DivScalar
                 | OpKind::Clamp
+                | OpKind::SumDim { .. }
         )
     }
 
@@ -159,7 +167,8 @@ impl CapturedOp {
                     (OpKind::LowerElem, vec![&s.lhs], &s.out, vec![&s.rhs])
                 }
                 OperationIr::NumericFloat(_, NumericOperationIr::SumDim(r)) => {
-                    (OpKind::SumDim, vec![&r.input], &r.out, vec![])
+                    let kind = OpKind::SumDim { axis: r.axis };
+                    (kind, vec![&r.input], &r.out, vec![])
                 }
                 OperationIr::NumericFloat(_, NumericOperationIr::Full(f)) => {
                     (OpKind::Full, vec![], &f.out, vec![&f.value])

@@ -171,6 +171,9 @@ pub struct EpilogueFlags {
     pub activation: Activation,
     /// Zero where `gate <= 0` (relu's backward).
     pub gated: bool,
+    /// Write partial column sums of the stored output (a bias gradient, see
+    /// [`sum_rows`](super::sum_rows)).
+    pub row_sums: bool,
 }
 
 impl EpilogueFlags {
@@ -181,13 +184,15 @@ impl EpilogueFlags {
             write_pre,
             activation: epilogue.activation(),
             gated: epilogue.gated(),
+            row_sums: false,
         }
     }
 }
 
 /// The store of every kernel: adds the bias of column `col`, writes the pre-activation when
 /// `write_pre`, applies the activation or the gate, writes `out`. `out`, `pre` and `gate` are
-/// contiguous with the output's shape and all read or written at `offset`.
+/// contiguous with the output's shape and all read or written at `offset`. Returns the value
+/// stored, as f32 (what a sum over the stored output adds up).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub fn store_epilogue<F: Float>(
@@ -201,7 +206,7 @@ pub fn store_epilogue<F: Float>(
     alpha: f32,
     beta: f32,
     #[comptime] flags: EpilogueFlags,
-) {
+) -> f32 {
     let mut value = accumulator;
     if flags.has_bias {
         value += f32::cast_from(bias[col * bias.stride(0)]);
@@ -213,7 +218,9 @@ pub fn store_epilogue<F: Float>(
     if flags.gated {
         value = select(f32::cast_from(gate[offset]) <= 0.0f32, 0.0f32, value);
     }
-    out[offset] = F::cast_from(value);
+    let stored = F::cast_from(value);
+    out[offset] = stored;
+    f32::cast_from(stored)
 }
 
 /// `out = epilogue(input + bias)` (and `pre = input + bias` when `write_pre`), elementwise.

@@ -27,8 +27,33 @@ pub struct LinearOutputs<R: Runtime> {
     pub out: CubeFusionHandle<R>,
     /// The pre-activation, when asked for.
     pub pre: Option<CubeFusionHandle<R>>,
-    /// Shape of both outputs.
+    /// `Σ_rows out`, shaped `[1, .., 1, n]` (the output's rank), when
+    /// [`EpilogueInputs::bias_grad`] asked for it.
+    pub bias_grad: Option<CubeFusionHandle<R>>,
+    /// Shape of `out` and `pre`.
     pub shape: Vec<usize>,
+}
+
+/// The shape of [`LinearOutputs::bias_grad`] for an output of `shape`: every dim but the last
+/// summed, and kept as 1 (Burn's `sum_dim` keeps the dims).
+pub fn bias_grad_shape(shape: &[usize]) -> Vec<usize> {
+    let mut summed = vec![1; shape.len()];
+    if let (Some(last), Some(n)) = (summed.last_mut(), shape.last()) {
+        *last = *n;
+    }
+    summed
+}
+
+/// Writes `Σ_rows out` (`out` contiguous of `shape`) into `bias_grad`: a second pass, for the
+/// executions whose epilogue does not sum (see [`super::sum_rows`]).
+pub fn sum_output_rows<R: Runtime>(
+    out: &CubeFusionHandle<R>,
+    shape: &[usize],
+    bias_grad: &CubeFusionHandle<R>,
+) {
+    let n = *shape.last().unwrap_or(&1);
+    let rows = shape.iter().product::<usize>() / n.max(1);
+    super::sum_rows(out, rows, n, bias_grad);
 }
 
 /// A validated problem: everything the launch needs, nothing allocated yet.
@@ -181,6 +206,9 @@ pub struct EpilogueInputs<'a, R: Runtime> {
     /// The run-time parameters of the activation ([`Epilogue::parameters`]): LeakyReLU's
     /// slope, clamp's min and max; unused entries are zero.
     pub params: [f32; 2],
+    /// Also sum the stored output over its rows ([`LinearOutputs::bias_grad`]): the bias
+    /// gradient of relu's backward, from the same pass where the kernel can.
+    pub bias_grad: bool,
 }
 
 impl<'a, R: Runtime> EpilogueInputs<'a, R> {
@@ -191,6 +219,7 @@ impl<'a, R: Runtime> EpilogueInputs<'a, R> {
             bias,
             gate: None,
             params: [0.0; 2],
+            bias_grad: false,
         }
     }
 
@@ -201,6 +230,11 @@ impl<'a, R: Runtime> EpilogueInputs<'a, R> {
 
     fn flags(&self, write_pre: bool) -> EpilogueFlags {
         EpilogueFlags::new(self.epilogue, self.bias.is_some(), write_pre)
+    }
+
+    /// With [`Self::bias_grad`] set to `bias_grad`.
+    pub fn with_bias_grad(self, bias_grad: bool) -> Self {
+        Self { bias_grad, ..self }
     }
 }
 
@@ -234,10 +268,26 @@ pub fn launch_fused_linear<R: Runtime>(
     write_pre: bool,
 ) -> LinearOutputs<R> {
     let outputs = Outputs::alloc(&lhs.handle, &problem.out_shape, problem.dtype, write_pre);
-    launch_fused_linear_into(problem, lhs, rhs, epilogue, outputs.out, outputs.pre)
+    let bias_grad = (epilogue.bias_grad).then(|| {
+        alloc(
+            &lhs.handle,
+            &bias_grad_shape(&problem.out_shape),
+            problem.dtype,
+        )
+    });
+    launch_fused_linear_into(
+        problem,
+        lhs,
+        rhs,
+        epilogue,
+        outputs.out,
+        outputs.pre,
+        bias_grad,
+    )
 }
 
-/// [`launch_fused_linear`] into given contiguous outputs of `problem.out_shape`.
+/// [`launch_fused_linear`] into given contiguous outputs of `problem.out_shape` (and
+/// `bias_grad` of [`bias_grad_shape`], summed in the epilogue's pass).
 pub fn launch_fused_linear_into<R: Runtime>(
     problem: &LinearProblem,
     lhs: &Operand<R>,
@@ -245,6 +295,7 @@ pub fn launch_fused_linear_into<R: Runtime>(
     epilogue: EpilogueInputs<'_, R>,
     out: CubeFusionHandle<R>,
     pre: Option<CubeFusionHandle<R>>,
+    bias_grad: Option<CubeFusionHandle<R>>,
 ) -> LinearOutputs<R> {
     let shape = problem.out_shape.clone();
     let rank = shape.len();
@@ -258,6 +309,12 @@ pub fn launch_fused_linear_into<R: Runtime>(
         m.div_ceil(TILE_M) as u32,
         problem.batch as u32,
     );
+    // One partial row of column sums per unit row of every cube (see `fused_linear_kernel`).
+    let partial_rows = problem.batch * m.div_ceil(TILE_M) * CUBE_SIDE;
+    let partials =
+        (bias_grad.as_ref()).map(|_| alloc(&outputs.out, &[partial_rows, n], DType::F32));
+    let mut flags = epilogue.flags(write_pre);
+    flags.row_sums = partials.is_some();
     let cube_dim = CubeDim::new_2d(CUBE_SIDE as u32, CUBE_SIDE as u32);
     fused_linear_kernel::launch::<R>(
         &client,
@@ -269,12 +326,16 @@ pub fn launch_fused_linear_into<R: Runtime>(
         outputs.gate_arg(epilogue.gate),
         outputs.out_arg(),
         outputs.pre_arg(),
+        outputs.partials_arg(partials.as_ref(), partial_rows * n),
         epilogue.params[0],
         epilogue.params[1],
-        epilogue.flags(write_pre),
+        flags,
         problem.dtype.into(),
     );
-    outputs.finish()
+    if let (Some(partials), Some(bias_grad)) = (&partials, &bias_grad) {
+        super::sum_rows(partials, partial_rows, n, bias_grad);
+    }
+    outputs.finish(bias_grad)
 }
 
 /// The split execution's epilogue: `out = epilogue(input + bias)` over a matmul output that
@@ -299,21 +360,26 @@ pub fn launch_bias_activation<R: Runtime>(
         });
     }
     let outputs = Outputs::alloc(&input.handle, &shape, input.handle.dtype, write_pre);
+    let bias_grad = (epilogue.bias_grad)
+        .then(|| alloc(&input.handle, &bias_grad_shape(&shape), input.handle.dtype));
     Ok(launch_bias_activation_into(
         input,
         epilogue,
         outputs.out,
         outputs.pre,
+        bias_grad,
     ))
 }
 
-/// [`launch_bias_activation`] into given contiguous outputs of `input`'s shape, for a bias
-/// that is a row of `input`'s last dim.
+/// [`launch_bias_activation`] into given contiguous outputs of `input`'s shape (and
+/// `bias_grad` of [`bias_grad_shape`], summed in a second pass), for a bias that is a row of
+/// `input`'s last dim.
 pub fn launch_bias_activation_into<R: Runtime>(
     input: &Operand<R>,
     epilogue: EpilogueInputs<'_, R>,
     out: CubeFusionHandle<R>,
     pre: Option<CubeFusionHandle<R>>,
+    bias_grad: Option<CubeFusionHandle<R>>,
 ) -> LinearOutputs<R> {
     let shape = input.shape.clone();
     let n = *shape.last().unwrap_or(&0);
@@ -344,7 +410,10 @@ pub fn launch_bias_activation_into<R: Runtime>(
         epilogue.flags(write_pre),
         input.handle.dtype.into(),
     );
-    outputs.finish()
+    if let Some(bias_grad) = &bias_grad {
+        sum_output_rows(&outputs.out, &shape, bias_grad);
+    }
+    outputs.finish(bias_grad)
 }
 
 /// Output buffers of one launch, and the argument plumbing shared by both kernels.
@@ -417,10 +486,19 @@ impl<R: Runtime> Outputs<R> {
         }
     }
 
-    fn finish(self) -> LinearOutputs<R> {
+    /// The partial column sums (f32, `len` elements), or an f32 dummy.
+    fn partials_arg(&self, partials: Option<&CubeFusionHandle<R>>, len: usize) -> TensorArg<R> {
+        match partials {
+            Some(partials) => partials.clone().into_tensor_arg(Shape::from(vec![len])),
+            None => alloc(&self.out, &[1], DType::F32).into_tensor_arg(Shape::from(vec![1])),
+        }
+    }
+
+    fn finish(self, bias_grad: Option<CubeFusionHandle<R>>) -> LinearOutputs<R> {
         LinearOutputs {
             out: self.out,
             pre: self.pre,
+            bias_grad,
             shape: self.shape,
         }
     }

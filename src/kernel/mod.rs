@@ -17,6 +17,8 @@ pub mod hopper;
 mod launch;
 mod policy;
 mod profile;
+#[allow(missing_docs)]
+mod row_sum;
 pub mod tensor_core;
 #[allow(missing_docs)]
 mod tiled;
@@ -26,3 +28,4 @@ pub use error::*;
 pub use launch::*;
 pub use policy::*;
 pub use profile::*;
+pub use row_sum::sum_rows;

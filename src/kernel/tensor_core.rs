@@ -8,7 +8,7 @@
 //! CubeCL 0.10 has no `wgmma`, which is what cuBLAS uses on Hopper (~750 TFLOP/s there).
 
 use super::{
-    Epilogue, EpilogueInputs, LinearOutputs, LinearProblem, Operand, alloc,
+    Epilogue, EpilogueInputs, LinearOutputs, LinearProblem, Operand, alloc, bias_grad_shape,
     launch_bias_activation_into, launch_fused_linear_into,
 };
 use burn_backend::DType;
@@ -247,6 +247,8 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub gate: Option<CubeTensor<R>>,
     /// The activation's run-time parameters (see [`EpilogueInputs::params`]).
     pub params: [f32; 2],
+    /// `Σ_rows out` ([`LinearOutputs::bias_grad`]), contiguous, when asked for.
+    pub bias_grad: Option<CubeTensor<R>>,
 }
 
 /// Largest problem (FLOPs) the tiled unit kernel is tuned on: beyond it, it always lost.
@@ -273,7 +275,10 @@ impl<R: CubeRuntime> LinearArgs<R> {
 
     /// Whether the epilogue does nothing: the matmul may write `out` directly.
     fn is_plain(&self) -> bool {
-        self.epilogue == Epilogue::Identity && self.bias.is_none() && self.pre.is_none()
+        self.epilogue == Epilogue::Identity
+            && self.bias.is_none()
+            && self.pre.is_none()
+            && self.bias_grad.is_none()
     }
 
     /// Calls `launch` with the epilogue and its bias and gate as kernel operands.
@@ -287,6 +292,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
             bias: bias.as_ref(),
             gate: gate.as_ref(),
             params: self.params,
+            bias_grad: self.bias_grad.is_some(),
         })
     }
 
@@ -312,6 +318,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
                 epilogue,
                 self.out.clone().into(),
                 self.pre.clone().map(Into::into),
+                self.bias_grad.clone().map(Into::into),
             )
         });
         Ok(())
@@ -331,6 +338,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
                 epilogue,
                 self.out.clone().into(),
                 self.pre.clone().map(Into::into),
+                self.bias_grad.clone().map(Into::into),
             )
         });
         Ok(())
@@ -353,7 +361,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
             )
         };
         format!(
-            "m{} n{} k{} {:?} x{} w{} b{} p{} {:?}",
+            "m{} n{} k{} {:?} x{} w{} b{} p{} {:?}{}",
             m.next_power_of_two(),
             shape[shape.len() - 1],
             self.problem().k,
@@ -365,6 +373,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
                 .map_or("-".into(), |b| format!("{:?}", b.meta.strides().last())),
             self.pre.is_some(),
             self.epilogue,
+            if self.bias_grad.is_some() { " db" } else { "" },
         )
     }
 }
@@ -552,12 +561,17 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         pre: write_pre.then(new_output),
         epilogue: epilogue.epilogue,
         params: epilogue.params,
+        bias_grad: epilogue.bias_grad.then(|| {
+            let shape = bias_grad_shape(&problem.out_shape);
+            tensor(alloc(&x.clone().into(), &shape, problem.dtype), shape)
+        }),
         x,
         w,
     };
     let outputs = LinearOutputs {
         out: args.out.clone().into(),
         pre: args.pre.clone().map(Into::into),
+        bias_grad: args.bias_grad.clone().map(Into::into),
         shape: problem.out_shape.clone(),
     };
     if let Some(name) = forced_candidate() {

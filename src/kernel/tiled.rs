@@ -39,7 +39,9 @@ pub const CUBE_SIDE: usize = 16;
 ///
 /// All tensors have the output's rank; broadcast batch dims have stride 0. `bias` is a
 /// rank-1 view of length `n`, `gate` contiguous like `out`; absent tensors (per `flags`) are
-/// dummies. Accumulates in f32 whatever the storage type.
+/// dummies. Accumulates in f32 whatever the storage type. With `flags.row_sums`, each unit
+/// writes the column sums of its [`UNIT_M`] stored rows to `row_sums`, a row-major
+/// `[batch · m_tiles · CUBE_SIDE, n]` buffer of partial rows (see [`super::sum_rows`]).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn fused_linear_kernel<F: Float>(
@@ -49,6 +51,7 @@ pub fn fused_linear_kernel<F: Float>(
     gate: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
+    row_sums: &mut Tensor<f32>,
     alpha: f32,
     beta: f32,
     #[comptime] flags: EpilogueFlags,
@@ -151,6 +154,11 @@ pub fn fused_linear_kernel<F: Float>(
 
     let out_stride_m = out.stride(rank - 2);
     let out_stride_n = out.stride(rank - 1);
+    // Reuses the rhs registers: the column sums of this unit's rows.
+    #[unroll]
+    for j in 0..UNIT_N {
+        rhs_regs[j] = 0.0f32;
+    }
     #[unroll]
     for i in 0..UNIT_M {
         let row = row_base + unit_y * UNIT_M + i;
@@ -159,7 +167,7 @@ pub fn fused_linear_kernel<F: Float>(
             let col = col_base + unit_x * UNIT_N + j;
             if row < m && col < n {
                 let offset = out_offset + row * out_stride_m + col * out_stride_n;
-                store_epilogue::<F>(
+                rhs_regs[j] += store_epilogue::<F>(
                     acc[i * UNIT_N + j],
                     col,
                     offset,
@@ -171,6 +179,16 @@ pub fn fused_linear_kernel<F: Float>(
                     beta,
                     flags,
                 );
+            }
+        }
+    }
+    if flags.row_sums {
+        let block = (CUBE_POS_Z * CUBE_COUNT_Y + CUBE_POS_Y) as usize * CUBE_SIDE + unit_y;
+        #[unroll]
+        for j in 0..UNIT_N {
+            let col = col_base + unit_x * UNIT_N + j;
+            if col < n {
+                row_sums[block * n + col] = rhs_regs[j];
             }
         }
     }

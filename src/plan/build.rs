@@ -1,6 +1,6 @@
 //! From a rewritten window to a [`Claim`].
 
-use super::{FusedLinear, Plan, ScalarGuard, Step, TensorRef};
+use super::{BiasGrad, FusedLinear, Plan, ScalarGuard, Step, TensorRef};
 use crate::capture::{Lowered, OpKind, Window, lower};
 use crate::kernel::Epilogue;
 use crate::rewrite::{CostModel, Limits, Saturated, TensorLang, is_no_bias, saturate};
@@ -81,6 +81,9 @@ pub struct PlanOptions {
     /// Let consecutive forward layers run as one MLP-chain launch (`mlp-chain`) where the run
     /// time sizes fit and the cost model predicts it faster.
     pub chains: bool,
+    /// Let a relu-backward step also produce the bias gradient the block sums from its output
+    /// (`bias-grad`, see [`BiasGrad`]).
+    pub bias_grads: bool,
 }
 
 impl Default for PlanOptions {
@@ -92,6 +95,7 @@ impl Default for PlanOptions {
             activations: true,
             linears: false,
             chains: true,
+            bias_grads: true,
         }
     }
 }
@@ -129,7 +133,7 @@ pub(crate) fn plan_window_with<T>(
     if !options.chains {
         candidates.iter_mut().for_each(|c| c.chained = false);
     }
-    let claim = build_plan(window, &candidates);
+    let claim = build_plan(window, &candidates, options.bias_grads);
     let elapsed = start.elapsed();
     let inspected = inspect(&lowered, &saturated);
     let planned = Planned {
@@ -296,6 +300,8 @@ struct Covered {
     matmul_ops: BTreeSet<usize>,
     /// The block position the step runs at (see [`position`]).
     position: usize,
+    /// The bias gradient summed from the step's output, if it produces one.
+    bias_grad: Option<BiasGrad>,
 }
 
 impl Covered {
@@ -420,11 +426,57 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
         pre: pre_kept,
         matmul_out,
         matmul_ops,
+        bias_grad: None,
+    })
+}
+
+/// The `sum_dim` ops that sum `root` (a relu-backward step's output) over every dim but the
+/// last, if the block has them: one per leading dim, in order, each intermediate sum read only
+/// by the next and freed by it, so only the last one's output lives on.
+fn find_bias_grad(window: &Window, root: TensorId) -> Option<BiasGrad> {
+    let producer = window.find_producer(root)?;
+    let rank = window.ops()[producer].out().shape.len();
+    let mut ops = Vec::new();
+    let mut reads = Vec::new();
+    let mut summed = root;
+    for axis in 0..rank.checked_sub(1)? {
+        let mut readers = window.find_readers(summed);
+        let sum = if axis == 0 {
+            readers.find(|&i| window.ops()[i].kind == OpKind::SumDim { axis })?
+        } else {
+            let only = readers.next()?;
+            let freed = window.find_last_status(summed, &[only]) == Some(TensorStatus::ReadWrite);
+            if readers.next().is_some() || !freed {
+                return None;
+            }
+            (window.ops()[only].kind == OpKind::SumDim { axis }).then_some(only)?
+        };
+        ops.push(sum);
+        reads.push(TensorRef {
+            id: summed,
+            status: window.find_last_status(summed, &[sum])?,
+        });
+        summed = window.ops()[sum].out().id;
+    }
+    Some(BiasGrad {
+        out: summed,
+        ops,
+        reads,
     })
 }
 
 /// Plans the candidates of one window: which prefix of the block to claim and how to run it.
-pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
+/// With `bias_grads`, relu-backward steps also produce the bias gradients summed from their
+/// outputs, where the plan stays valid with them.
+pub fn build_plan(window: &Window, candidates: &[Candidate], bias_grads: bool) -> Claim {
+    let claim = build_plan_with(window, candidates, bias_grads);
+    match claim {
+        Claim::Declined(_) if bias_grads => build_plan_with(window, candidates, false),
+        claim => claim,
+    }
+}
+
+fn build_plan_with(window: &Window, candidates: &[Candidate], bias_grads: bool) -> Claim {
     let mut first_decline = None;
     let mut accepted: Vec<Covered> = Vec::new();
     for candidate in candidates {
@@ -458,6 +510,20 @@ pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
         .iter()
         .flat_map(|a| a.ops.iter().copied())
         .collect();
+    if bias_grads {
+        for a in accepted.iter_mut() {
+            a.bias_grad = (a.candidate.epilogue == Epilogue::ReluGrad)
+                .then(|| find_bias_grad(window, a.candidate.root))
+                .flatten()
+                // Its sums run (or are skipped) at their own positions, after the step.
+                .filter(|grad| grad.ops.iter().all(|&op| op >= a.position));
+        }
+    }
+    let sums: BTreeSet<usize> = accepted
+        .iter()
+        .filter_map(|a| a.bias_grad.as_ref())
+        .flat_map(|grad| grad.ops.iter().copied())
+        .collect();
     // Ops before the first step run as Burn's ops, one by one. A window that begins with a
     // matmul keeps its leading ops (a weight gradient whose pattern is off, a bias gradient):
     // burn-fusion's block already holds them, and declining would run the whole block
@@ -465,11 +531,11 @@ pub fn build_plan(window: &Window, candidates: &[Candidate]) -> Claim {
     if !window.starts_with_matmul() {
         return Claim::Declined(Reason::NotAtBlockStart);
     }
-    let len = covered.last().expect("not empty") + 1;
+    let len = covered.last().max(sums.last()).expect("not empty") + 1;
     if let Err(reason) = check_interleaved(window, &accepted, &covered, len) {
         return Claim::Declined(reason);
     }
-    Claim::Fused(assemble(window, &accepted, &covered, len))
+    Claim::Fused(assemble(window, &accepted, &covered, &sums, len))
 }
 
 /// Ops run between fused steps must not read insides, nor free operands a pending step still
@@ -506,7 +572,13 @@ fn check_interleaved(
     Ok(())
 }
 
-fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, len: usize) -> Plan {
+fn assemble(
+    window: &Window,
+    accepted: &[Covered],
+    covered: &BTreeSet<usize>,
+    sums: &BTreeSet<usize>,
+    len: usize,
+) -> Plan {
     let mut steps = Vec::new();
     let mut guards = Vec::new();
     for index in 0..len {
@@ -561,9 +633,12 @@ fn assemble(window: &Window, accepted: &[Covered], covered: &BTreeSet<usize>, le
                 matmul_ops: a.matmul_ops.iter().copied().collect(),
                 matmul_out: a.matmul_out,
                 chained,
+                bias_grad: a.bias_grad.clone().map(Box::new),
             }));
         }
-        if !covered.contains(&index) {
+        if sums.contains(&index) {
+            steps.push(Step::BiasGrad(index));
+        } else if !covered.contains(&index) {
             steps.push(Step::Run(index));
         }
     }

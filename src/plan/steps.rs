@@ -48,6 +48,28 @@ pub struct FusedLinear {
     /// this step's `x` (see [`crate::kernel::chain`]).
     #[serde(default)]
     pub chained: bool,
+    /// The bias gradient `Σ_rows out` that the kernel also produces (relu's backward, where the
+    /// block sums the step's output over every dim but the last).
+    /// (Boxed: most steps have none.)
+    #[serde(default)]
+    pub bias_grad: Option<Box<BiasGrad>>,
+}
+
+/// A bias gradient produced by a fused step: Burn's `sum_dim` ops over every dim of the step's
+/// output but the last (one for a rank-2 output, one per leading dim for a rank-3 one).
+///
+/// The ops stay in the plan as [`Step::BiasGrad`] at their own positions: when the step ran its
+/// kernel they are skipped (releasing what they would have released there), otherwise (Burn's
+/// side of a race, a fallback) they run as Burn's ops, so the other readers of the step's output
+/// still find it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BiasGrad {
+    /// The last `sum_dim`'s output, shaped `[1, .., 1, n]`.
+    pub out: TensorId,
+    /// The `sum_dim` ops, in block order.
+    pub ops: Vec<usize>,
+    /// Each op's input, with its status there: what skipping the op releases.
+    pub reads: Vec<TensorRef>,
 }
 
 /// One step of a plan.
@@ -57,6 +79,9 @@ pub enum Step {
     Run(usize),
     /// Run a fused kernel.
     Fused(FusedLinear),
+    /// Block op `index`, a `sum_dim` of a fused step's [`BiasGrad`]: skipped if that step's
+    /// kernel produced the sum, else run as Burn would.
+    BiasGrad(usize),
 }
 
 /// What Hypatia's optimization runs for a claimed block prefix.
@@ -124,6 +149,7 @@ impl Plan {
             .map(Step::Run)
             .chain(self.steps.iter().map(|step| match step {
                 Step::Run(index) => Step::Run(kept[*index]),
+                Step::BiasGrad(index) => Step::BiasGrad(kept[*index]),
                 Step::Fused(fused) => Step::Fused(FusedLinear {
                     x: reference(fused.x),
                     w: reference(fused.w),
@@ -137,6 +163,13 @@ impl Plan {
                     matmul_ops: ops(&fused.matmul_ops),
                     matmul_out: tensor(fused.matmul_out),
                     chained: fused.chained,
+                    bias_grad: fused.bias_grad.as_ref().map(|grad| {
+                        Box::new(BiasGrad {
+                            out: tensor(grad.out),
+                            ops: ops(&grad.ops),
+                            reads: grad.reads.iter().copied().map(reference).collect(),
+                        })
+                    }),
                 }),
             }))
             .collect();
@@ -172,7 +205,7 @@ impl Plan {
     pub fn fused(&self) -> impl Iterator<Item = &FusedLinear> {
         self.steps.iter().filter_map(|step| match step {
             Step::Fused(fused) => Some(fused),
-            Step::Run(_) => None,
+            Step::Run(_) | Step::BiasGrad(_) => None,
         })
     }
 }

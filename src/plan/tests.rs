@@ -15,6 +15,7 @@ const OPTIONS: PlanOptions = PlanOptions {
     activations: true,
     linears: false,
     chains: true,
+    bias_grads: true,
 };
 
 fn plan(ir: &IrBuilder, outputs: &[T]) -> Claim {
@@ -370,7 +371,7 @@ fn stray_drops_in_any_order_plan_as_one_window() {
             .steps
             .iter()
             .flat_map(|step| match step {
-                Step::Run(index) => vec![*index],
+                Step::Run(index) | Step::BiasGrad(index) => vec![*index],
                 Step::Fused(fused) => fused.ops.clone(),
             })
             .collect();
@@ -662,4 +663,125 @@ fn declines_activation_near_misses() {
     };
     let claim = plan_window(&ir.window(&[y]), &Limits::default(), off).claim;
     assert_eq!(claim, Claim::Declined(Reason::NoMatch));
+}
+
+/// One layer of Burn's backward of Linear + ReLU on `dy` of `shape` (`[.., m, 8]`, the layer
+/// above's output gradient) through `w2` `[6, 8]`: `dpre = mask_fill(dy · w2ᵀ, pre <= 0, 0)`,
+/// then the layer's weight gradient `xᵀ · dpre` (rank 2) and its bias gradient, `sum_dim` over
+/// every leading dim then `reshape`. Returns (dpre, db, dW, the sums).
+fn relu_backward_layer(ir: &mut IrBuilder, shape: &[usize]) -> (T, T, Option<T>, Vec<T>) {
+    let rank = shape.len();
+    let mut hidden = shape.to_vec();
+    hidden[rank - 1] = 6;
+    let dy = ir.input(shape);
+    let w2 = ir.param(&[6, 8]);
+    let pre = ir.param(&hidden);
+    let wt = ir.swap_dims(w2, 0, 1);
+    let dx = ir.matmul(dy, wt);
+    let mask = ir.lower_equal_zero(pre);
+    let dpre = ir.mask_fill(dx, mask);
+    let dw = (rank == 2).then(|| {
+        let x = ir.param(&[shape[0], 5]);
+        let xt = ir.swap_dims(x, 0, 1);
+        ir.matmul(xt, dpre)
+    });
+    let mut sums = Vec::new();
+    let mut summed = dpre;
+    for axis in 0..rank - 1 {
+        summed = ir.sum_dim(summed, axis);
+        sums.push(summed);
+    }
+    let db = ir.reshape(summed, &[6]);
+    (dpre, db, dw, sums)
+}
+
+/// The block index of the op producing `t`.
+fn producer(ir: &IrBuilder, outputs: &[T], t: T) -> usize {
+    ir.window(outputs).find_producer(id(t)).expect("produced")
+}
+
+#[test]
+fn relu_backward_produces_its_bias_gradient() {
+    for shape in [vec![17, 8], vec![3, 5, 8]] {
+        let mut ir = IrBuilder::new();
+        let (dpre, db, dw, sums) = relu_backward_layer(&mut ir, &shape);
+        let outputs: Vec<T> = [Some(db), dw].into_iter().flatten().collect();
+        let plan = fused(plan(&ir, &outputs));
+        let gated = plan
+            .fused()
+            .find(|s| s.epilogue == Epilogue::ReluGrad)
+            .expect("relu's backward is fused");
+        assert_eq!(gated.out, id(dpre));
+        let grad = gated.bias_grad.as_ref().expect("its bias gradient too");
+        assert_eq!(grad.out, id(*sums.last().unwrap()), "{shape:?}");
+        let sum_ops: Vec<usize> = sums.iter().map(|&t| producer(&ir, &outputs, t)).collect();
+        assert_eq!(grad.ops, sum_ops, "{shape:?}");
+        // The first sum frees the step's output there; a rank-3 intermediate is freed by the
+        // second.
+        assert!(
+            grad.reads
+                .iter()
+                .all(|r| r.status == TensorStatus::ReadWrite)
+        );
+        assert_eq!(grad.reads[0].id, id(dpre));
+        for op in &sum_ops {
+            let at = |wanted: &Step| plan.steps.iter().position(|s| s == wanted);
+            assert!(
+                at(&Step::BiasGrad(*op))
+                    > plan
+                        .steps
+                        .iter()
+                        .position(|s| matches!(s, Step::Fused(f) if f.out == id(dpre)))
+            );
+            assert_eq!(
+                at(&Step::Run(*op)),
+                None,
+                "a sum runs only as a bias-gradient step"
+            );
+        }
+        assert!(plan.len > *sum_ops.last().unwrap());
+    }
+}
+
+#[test]
+fn bias_gradients_follow_the_option() {
+    let mut ir = IrBuilder::new();
+    let (.., db, dw, sums) = relu_backward_layer(&mut ir, &[17, 8]);
+    let outputs = [db, dw.unwrap()];
+    let off = PlanOptions {
+        bias_grads: false,
+        ..OPTIONS
+    };
+    let plan = fused(plan_window(&ir.window(&outputs), &Limits::default(), off).claim);
+    assert!(plan.fused().all(|s| s.bias_grad.is_none()));
+    let sum = producer(&ir, &outputs, sums[0]);
+    assert!(!plan.steps.contains(&Step::BiasGrad(sum)));
+}
+
+#[test]
+fn a_sum_that_is_not_a_bias_gradient_stays_burns() {
+    // Over the last dim (a row sum), and a rank-3 sum whose intermediate is read elsewhere.
+    let mut ir = IrBuilder::new();
+    let (dpre, ..) = relu_backward_layer(&mut ir, &[17, 8]);
+    let rows = ir.sum_dim(dpre, 1);
+    let planned = fused(plan(&ir, &[rows]));
+    let gated = planned
+        .fused()
+        .find(|s| s.epilogue == Epilogue::ReluGrad)
+        .unwrap();
+    assert_eq!(
+        gated.bias_grad.as_ref().map(|g| g.ops.len()),
+        Some(1),
+        "axis 0 only"
+    );
+
+    let mut ir = IrBuilder::new();
+    let (.., db, _, sums) = relu_backward_layer(&mut ir, &[3, 5, 8]);
+    ir.keep(sums[0]);
+    let plan = fused(plan(&ir, &[db]));
+    let gated = plan
+        .fused()
+        .find(|s| s.epilogue == Epilogue::ReluGrad)
+        .unwrap();
+    assert_eq!(gated.bias_grad, None);
 }

@@ -103,6 +103,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             linear_relus: !disabled("linear-relu"),
             activations: !disabled("linear-activations"),
             chains: !disabled("mlp-chain"),
+            bias_grads: !disabled("bias-grad"),
         };
         if let Claim::Fused(plan) = plan_cached(&self.canonical, options, &self.device_key)
             && self.claim.as_ref().is_none_or(|c| c.len < plan.len)

@@ -36,6 +36,8 @@ pub struct LinearOptimization<R: CubeRuntime> {
     chains: Vec<ChainCheck>,
     /// Per step of the plan: Burn's own way of running its ops, raced against it.
     alternatives: Vec<Option<Alternative<R>>>,
+    /// This execution's `sum_dim` ops whose bias gradient a fused kernel already produced.
+    summed: Vec<usize>,
     _runtime: PhantomData<R>,
 }
 
@@ -102,6 +104,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 .collect(),
             plan,
             device_key: stats::device_key(&device),
+            summed: Vec::new(),
             _runtime: PhantomData,
         }
     }
@@ -144,6 +147,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             run_unfused(0..self.plan.len, context, execution);
             return;
         }
+        self.summed.clear();
         let mut index = 0;
         while index < self.plan.steps.len() {
             if let Some(end) = self.try_chain(index, context, execution) {
@@ -169,6 +173,13 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let fused = match step {
             Step::Run(index) => {
                 run_unfused([*index], context, execution);
+                return;
+            }
+            Step::BiasGrad(index) => {
+                match self.summed.iter().position(|op| op == index) {
+                    Some(_) => skip_sum(&self.plan, *index, context),
+                    None => run_unfused([*index], context, execution),
+                }
                 return;
             }
             Step::Fused(fused) => fused,
@@ -197,10 +208,14 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 if ran.launched {
                     check.launched |= ran.kind.bit();
                 }
+                if let (true, Some(grad)) = (ran.summed, &fused.bias_grad) {
+                    self.summed.extend(&grad.ops);
+                }
                 check.verified |= ran.verified;
                 stats::record(&self.device_key, |s| {
                     let counters = stats::pattern(s, fused.pattern());
                     counters.verified += ran.verified as u64;
+                    counters.bias_grads += ran.summed as u64;
                     match ran.kind {
                         Execution::Tiled => counters.executed += 1,
                         Execution::TensorCore => counters.tensor_core += 1,
@@ -326,7 +341,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             .iter()
             .filter_map(|step| match step {
                 Step::Fused(fused) => Some(fused),
-                Step::Run(_) => None,
+                Step::Run(_) | Step::BiasGrad(_) => None,
             })
             .collect();
         let key = chain_key(&steps, context);
@@ -501,6 +516,25 @@ struct Ran {
     launched: bool,
     /// Verify mode compared it with Burn's ops, and they matched.
     verified: bool,
+    /// The kernel's bias gradient was kept: the step's `sum_dim` ops are skipped.
+    summed: bool,
+}
+
+/// Skips `sum_dim` op `index` of a [`BiasGrad`](crate::plan::BiasGrad) a fused kernel already
+/// produced, releasing what the op would have released here (the step's output, where the
+/// sum was its last reader; a rank-3 sum's intermediate was never made).
+fn skip_sum<H: Clone>(plan: &Plan, index: usize, context: &mut Context<H>) {
+    let grad = plan
+        .fused()
+        .filter_map(|fused| fused.bias_grad.as_ref())
+        .find(|grad| grad.ops.contains(&index))
+        .expect("a skipped sum belongs to a fused step's bias gradient");
+    let position = grad.ops.iter().position(|&op| op == index).unwrap_or(0);
+    let read = grad.reads[position];
+    let id = real_tensor(context, &read.id).id;
+    if read.status == TensorStatus::ReadWrite && context.handles.get_handle_ref(&id).is_some() {
+        context.handles.get_handle(&id, &TensorStatus::ReadWrite);
+    }
 }
 
 /// The tensors a fused launch produced, for the step's `out` and `pre`.
@@ -531,6 +565,7 @@ fn run_fused<R: CubeRuntime>(
                 kind: Execution::Split,
                 launched: false,
                 verified: false,
+                summed: false,
             });
         }
         Err(reason) => {
@@ -554,6 +589,7 @@ fn run_fused<R: CubeRuntime>(
             kind,
             launched: true,
             verified: true,
+            summed: false,
         });
     }
     release(context, produced.consumed);
@@ -565,10 +601,19 @@ fn run_fused<R: CubeRuntime>(
         let pre = real_tensor(context, &pre);
         context.handles.register_handle(pre.id, handle);
     }
+    let summed = match (&step.bias_grad, outputs.bias_grad) {
+        (Some(grad), Some(handle)) => {
+            let grad = real_tensor(context, &grad.out);
+            context.handles.register_handle(grad.id, handle);
+            true
+        }
+        _ => false,
+    };
     Ok(Ran {
         kind,
         launched: true,
         verified: false,
+        summed,
     })
 }
 
@@ -625,6 +670,7 @@ fn launch<R: CubeRuntime>(
         bias: bias.as_ref(),
         gate: gate.as_ref(),
         params: step_params(step, context),
+        bias_grad: step.bias_grad.is_some(),
     };
     let write_pre = step.pre.is_some();
     let produced = match kind {
@@ -668,7 +714,9 @@ fn launch<R: CubeRuntime>(
     Ok(Some((kind, produced)))
 }
 
-/// Compares the fused outputs with Burn's, which the step's ops have just registered.
+/// Compares the fused outputs with Burn's, which the step's ops have just registered. A bias
+/// gradient, whose `sum_dim` ops run later, is compared with the column sums of Burn's output
+/// (in f64, on the host).
 pub(super) fn compare<R: CubeRuntime>(
     step: &FusedLinear,
     [x, w]: [&TensorIr; 2],
@@ -676,6 +724,24 @@ pub(super) fn compare<R: CubeRuntime>(
     context: &mut Context<CubeFusionHandle<R>>,
     tf32: bool,
 ) -> Result<(), FallbackReason> {
+    let out = real_tensor(context, &step.out);
+    let mismatch = |tensor, shape: &[usize], difference, tolerance| {
+        FallbackReason::Mismatch(Box::new(Mismatch {
+            pattern: step.pattern(),
+            tensor,
+            x: x.shape.to_vec(),
+            w: w.shape.to_vec(),
+            shape: shape.to_vec(),
+            dtype: out.dtype,
+            difference,
+            tolerance,
+        }))
+    };
+    let read = |handle, shape: &[usize]| {
+        verify::read(handle, shape).map_err(|e| FallbackReason::Launch(e.to_string()))
+    };
+    let tolerance = verify::tolerance(out.dtype, tf32);
+    let mut burn_out = None;
     let pairs = [
         (Some(step.out), Some(outputs.out), "output"),
         (step.pre, outputs.pre, "pre-activation"),
@@ -688,28 +754,32 @@ pub(super) fn compare<R: CubeRuntime>(
         let burn_handle = context
             .handles
             .get_handle(&burn.id, &TensorStatus::ReadOnly);
-        let read = |handle| {
-            verify::read(handle, &burn.shape).map_err(|e| FallbackReason::Launch(e.to_string()))
-        };
         #[allow(unused_mut)]
-        let mut fused = read(fused)?;
+        let mut fused = read(fused, &burn.shape)?;
         #[cfg(test)]
         if crate::fallback::injected() == crate::fallback::Fault::WrongResult {
             fused[0] += 1.0;
         }
-        let difference = Difference::between(&fused, &read(burn_handle)?);
-        let tolerance = verify::tolerance(burn.dtype, tf32);
+        let burn_values = read(burn_handle, &burn.shape)?;
+        let difference = Difference::between(&fused, &burn_values);
         if !difference.within(tolerance) {
-            return Err(FallbackReason::Mismatch(Box::new(Mismatch {
-                pattern: step.pattern(),
-                tensor,
-                x: x.shape.to_vec(),
-                w: w.shape.to_vec(),
-                shape: burn.shape.to_vec(),
-                dtype: burn.dtype,
-                difference,
-                tolerance,
-            })));
+            return Err(mismatch(tensor, &burn.shape, difference, tolerance));
+        }
+        if id == step.out {
+            burn_out = Some(burn_values);
+        }
+    }
+    if let (Some(fused), Some(burn_out)) = (outputs.bias_grad, burn_out) {
+        let n = *out.shape.last().unwrap_or(&1);
+        let mut sums = vec![0.0f64; n];
+        for (i, value) in burn_out.iter().enumerate() {
+            sums[i % n] += *value as f64;
+        }
+        let sums: Vec<f32> = sums.into_iter().map(|v| v as f32).collect();
+        let shape = crate::kernel::bias_grad_shape(&out.shape);
+        let difference = Difference::between(&read(fused, &shape)?, &sums);
+        if !difference.within(tolerance) {
+            return Err(mismatch("bias gradient", &shape, difference, tolerance));
         }
     }
     Ok(())

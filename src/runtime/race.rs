@@ -11,6 +11,11 @@
 //! matmul, and Burn's fused matmul takes it as its epilogue, as it would if the ops were
 //! adjacent, so Hypatia races the better of Burn's two ways of running them.
 //!
+//! A relu-backward step that also produces its bias gradient races with the gradient's sum on
+//! Hypatia's side only: Burn's side leaves it to the `sum_dim` ops, which run later at their
+//! own positions. The comparison leans towards Burn, so a step Hypatia keeps is faster than
+//! Burn's ops for it.
+//!
 //! At each new real shape both sides run once to warm up (compilation, autotune), then
 //! [`SAMPLES`] times each, alternately, between device syncs; the faster by its best time runs
 //! that shape from then on. Every run computes the step's real outputs, so the race costs a few
@@ -316,7 +321,7 @@ pub fn alternatives<R: CubeRuntime>(
 ) -> Vec<Option<Alternative<R>>> {
     let build = |step: &Step| match step {
         Step::Fused(fused) => Alternative::build(ops, &fused.ops, device),
-        Step::Run(_) => None,
+        Step::Run(_) | Step::BiasGrad(_) => None,
     };
     plan.steps.iter().map(build).collect()
 }

@@ -61,11 +61,29 @@ fn pattern_count(pattern: &str) -> u64 {
     hypatia::stats(&device()).executed(pattern)
 }
 
+/// Bias gradients produced in relu-backward kernels so far.
+fn bias_grad_count() -> u64 {
+    let stats = hypatia::stats(&device());
+    stats
+        .patterns
+        .get("matmul-relu-grad")
+        .map_or(0, |p| p.bias_grads)
+}
+
+/// What one [`check_backward`] ran: gated steps, plain matmuls, bias gradients in a kernel.
+struct Backward {
+    gated: u64,
+    plain: u64,
+    bias_grads: u64,
+}
+
 /// One backward pass of odd-sized MLPs, rank 2 and rank 3, with NaN and ±Inf in the input:
-/// every gradient equals Burn's, NaN for NaN.
-fn check_backward(policy: ExecutionPolicy) -> (u64, u64) {
+/// every gradient (the bias gradients summed in the relu-backward kernels among them) equals
+/// Burn's, NaN for NaN.
+fn check_backward(policy: ExecutionPolicy) -> Backward {
     let _policy = PolicyGuard::set(policy);
     let (grad_before, matmul_before) = (pattern_count("matmul-relu-grad"), pattern_count("matmul"));
+    let bias_before = bias_grad_count();
     let tol = grad_tolerance();
     let widths = [33, 65, 17, 9];
     for (batch, specials) in [(17, false), (1, false), (65, true)] {
@@ -99,23 +117,46 @@ fn check_backward(policy: ExecutionPolicy) -> (u64, u64) {
     for (f, p) in fused.iter().zip(&plain) {
         assert_close(f, p, tol);
     }
-    (
-        pattern_count("matmul-relu-grad") - grad_before,
-        pattern_count("matmul") - matmul_before,
-    )
+    Backward {
+        gated: pattern_count("matmul-relu-grad") - grad_before,
+        plain: pattern_count("matmul") - matmul_before,
+        bias_grads: bias_grad_count() - bias_before,
+    }
 }
 
 #[test]
 fn backward_matches_burn() {
-    let (gated, _) = check_backward(ExecutionPolicy::Auto);
-    assert!(gated > 0, "relu's gradient never ran fused");
+    let ran = check_backward(ExecutionPolicy::Auto);
+    assert!(ran.gated > 0, "relu's gradient never ran fused");
+    assert!(ran.bias_grads > 0, "no bias gradient came from a kernel");
 }
 
 #[test]
 fn backward_with_every_matmul_fused_matches_burn() {
     // Forcing an execution claims plain matmuls too (weight gradients, the last layer).
-    let (gated, plain) = check_backward(ExecutionPolicy::Tiled);
-    assert!(gated > 0 && plain > 0, "gated {gated}, plain {plain}");
+    let ran = check_backward(ExecutionPolicy::Tiled);
+    assert!(
+        ran.gated > 0 && ran.plain > 0 && ran.bias_grads > 0,
+        "gated {}, plain {}, bias gradients {}",
+        ran.gated,
+        ran.plain,
+        ran.bias_grads
+    );
+}
+
+#[test]
+fn bias_gradients_match_burn_on_every_execution() {
+    // The split sums the output in a second pass; the engine autotunes over candidates that
+    // sum in the epilogue (its tiled kernel) and that do not (Burn's matmul first).
+    for policy in [ExecutionPolicy::Split, ExecutionPolicy::TensorCore] {
+        let ran = check_backward(policy);
+        assert!(
+            ran.gated > 0 && ran.bias_grads > 0,
+            "{policy:?}: gated {}, bias gradients {}",
+            ran.gated,
+            ran.bias_grads
+        );
+    }
 }
 
 /// What [`train`] saw.

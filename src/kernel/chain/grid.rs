@@ -199,6 +199,7 @@ pub fn launch<R: Runtime>(
 
     launch_source(&client, config, blocks as u32, args)?;
     Ok(LinearOutputs {
+        bias_grad: None,
         out,
         pre: None,
         shape: problem.out_shape.clone(),

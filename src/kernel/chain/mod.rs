@@ -708,6 +708,7 @@ pub fn launch_mlp_chain<R: Runtime>(
     LinearOutputs {
         out,
         pre: None,
+        bias_grad: None,
         shape: problem.out_shape.clone(),
     }
 }

@@ -377,6 +377,12 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     kernel_args
         .tensor_maps
         .push(tensor_map(&args.out, [m, n, n], [64, 64]));
+    // The bias gradient's partial rows: one per 16 output rows (see the kernel's epilogue).
+    let partial_rows = m.div_ceil(BM) * (BM / 16);
+    let partials = args.bias_grad.as_ref().map(|_| {
+        let like: burn_cubecl_fusion::CubeFusionHandle<R> = args.out.clone().into();
+        super::alloc(&like, &[partial_rows, n], DType::F32)
+    });
     let out = args.out.handle.clone();
     kernel_args.buffers = vec![
         args.bias
@@ -389,12 +395,17 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
             .binding(),
         args.gate
             .as_ref()
-            .map_or(out, |g| g.handle.clone())
+            .map_or(out.clone(), |g| g.handle.clone())
+            .binding(),
+        partials
+            .as_ref()
+            .map_or(out, |p| p.handle.clone())
             .binding(),
     ];
     let flags = args.bias.is_some() as u64
         | (args.pre.is_some() as u64) << 1
-        | (args.epilogue.gated() as u64) << 3;
+        | (args.epilogue.gated() as u64) << 3
+        | (partials.is_some() as u64) << 4;
     // `Params { m, n, k, flags, alpha, beta }` as six 32-bit words, passed by value (no
     // dynamic metadata).
     let [alpha, beta] = args.params.map(|p| p.to_bits() as u64);
@@ -405,7 +416,11 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     ];
     kernel_args.info = MetadataBindingInfo::new(data, 3);
 
-    launch_source(client, config, ctas as u32, kernel_args)
+    launch_source(client, config, ctas as u32, kernel_args)?;
+    if let (Some(partials), Some(bias_grad)) = (&partials, &args.bias_grad) {
+        super::sum_rows(partials, partial_rows, n, &bias_grad.clone().into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -35,7 +35,8 @@ struct Params {
     u32 m;
     u32 n;
     u32 k;
-    u32 flags; // bit 0: bias, bit 1: write pre, bit 3: gate (relu backward); ACT is compiled in
+    u32 flags; // bit 0: bias, bit 1: write pre, bit 3: gate (relu backward), bit 4: row sums;
+               // ACT is compiled in
     float alpha; // run-time parameters: LeakyReLU's slope, clamp's min
     float beta;  // clamp's max
 };
@@ -150,11 +151,16 @@ __device__ __forceinline__ void tile_origin(u32 t, u32 tiles_m, u32 tiles_n, u32
 // GATED (relu's backward) is a template argument so that the gate loads sit unconditionally in
 // one block, where they can be issued ahead of their use; under a run-time branch per column
 // group each load was waited on alone.
+// With `row_sums` (a bias gradient), each warp also adds up its 16 rows of the stored output
+// per column (in-thread over its two rows, then across the 8 lanes sharing a column) and lanes
+// 0-3 write them as row (m0 + 16 warp) / 16 of `row_sums`, an f32 [tiles_m * 8, n] buffer of
+// partial sums that a second, small kernel adds up.
 template <bool GATED>
 __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* bias_s, u32 m0,
                                          u32 n0, u32 warp, u32 lane, ELEM* out, ELEM* pre,
-                                         const ELEM* __restrict__ gate, const Params& p,
-                                         bool write_pre, u32 c_tile) {
+                                         const ELEM* __restrict__ gate, float* row_sums,
+                                         const Params& p, bool write_pre, bool sum_rows,
+                                         u32 c_tile) {
     const u32 row_local0 = warp * 16 + lane / 4;
     const u32 row0 = m0 + row_local0;
     // Column groups per batch of gate loads: all of a batch's loads are issued before the first
@@ -185,6 +191,8 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* 
             const u32 col = n0 + col_local;
             const float b0 = bias_s[col_local];
             const float b1 = bias_s[col_local + 1];
+            float s0 = 0.0f;
+            float s1 = 0.0f;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const u32 row = row0 + h * 8;
@@ -204,6 +212,11 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* 
                     v1 = g[jj][h * 2 + 1] <= 0.0f ? 0.0f : v1;
                 }
                 ELEM2 packed = PACK2(v0, v1);
+                if (inside) {
+                    // The stored (rounded) values, as Burn's sum over the output adds them.
+                    s0 += TO_F32(packed.x);
+                    s1 += TO_F32(packed.y);
+                }
 #if TMA_STORE
                 // Box col_local / 64 of [64 rows][128 bytes], 16-byte chunks XOR row % 8.
                 const u32 r = row_local0 + h * 8;
@@ -219,6 +232,18 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* 
                 }
 #endif
             }
+            if (sum_rows) {
+#pragma unroll
+                for (int offset = 4; offset < 32; offset *= 2) {
+                    s0 += __shfl_xor_sync(0xffffffffu, s0, offset);
+                    s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
+                }
+                if (lane < 4 && col < p.n) {
+                    const unsigned long long block = m0 / 16 + warp;
+                    *reinterpret_cast<float2*>(row_sums + block * p.n + col) =
+                        make_float2(s0, s1);
+                }
+            }
         }
     }
 }
@@ -233,6 +258,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     const ELEM* __restrict__ bias,
     ELEM* pre,
     const ELEM* __restrict__ gate,
+    float* row_sums,
     const __grid_constant__ Params p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     // The swizzle pattern is a function of address bits 4..9: stages start on 1024 bytes.
@@ -305,6 +331,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
         const bool has_bias = (p.flags & 1u) != 0;
         const bool write_pre = (p.flags & 2u) != 0;
         const bool gated = (p.flags & 8u) != 0;
+        const bool sum_rows = (p.flags & 16u) != 0;
         float d[BN / 2];
         u32 it = 0;
         for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -372,11 +399,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
             }
             asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
             if (gated) {
-                epilogue<true>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate, p,
-                               write_pre, c_tile);
+                epilogue<true>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate,
+                               row_sums, p, write_pre, sum_rows, c_tile);
             } else {
-                epilogue<false>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate, p,
-                                write_pre, c_tile);
+                epilogue<false>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate,
+                                row_sums, p, write_pre, sum_rows, c_tile);
             }
 #if TMA_STORE
             // Make the staged tile visible to the TMA unit, then one thread stores it (clipped to
