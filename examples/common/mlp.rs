@@ -166,13 +166,13 @@ pub fn print_stats(device: &burn::tensor::Device<B>) {
     let stats = hypatia::stats(device);
     println!("\nHypatia fusion stats");
     println!(
-        "{:<17} {:>8} {:>9} {:>12} {:>6}  fallbacks",
-        "pattern", "matched", "executed", "tensor-core", "split"
+        "{:<17} {:>8} {:>9} {:>12} {:>6} {:>11}  fallbacks",
+        "pattern", "matched", "executed", "tensor-core", "split", "bias grads"
     );
     for (name, p) in &stats.patterns {
         println!(
-            "{name:<17} {:>8} {:>9} {:>12} {:>6}  {:?}",
-            p.matched, p.executed, p.tensor_core, p.split, p.fallbacks
+            "{name:<17} {:>8} {:>9} {:>12} {:>6} {:>11}  {:?}",
+            p.matched, p.executed, p.tensor_core, p.split, p.bias_grads, p.fallbacks
         );
     }
     println!("declined windows: {:?}", stats.declined);

@@ -465,6 +465,15 @@ fn find_bias_grad(window: &Window, root: TensorId) -> Option<BiasGrad> {
     })
 }
 
+/// The `sum_dim` ops of the steps' bias gradients.
+fn bias_grad_ops(accepted: &[Covered]) -> BTreeSet<usize> {
+    accepted
+        .iter()
+        .filter_map(|a| a.bias_grad.as_ref())
+        .flat_map(|grad| grad.ops.iter().copied())
+        .collect()
+}
+
 /// Plans the candidates of one window: which prefix of the block to claim and how to run it.
 /// With `bias_grads`, relu-backward steps also produce the bias gradients summed from their
 /// outputs, where the plan stays valid with them.
@@ -518,12 +527,23 @@ fn build_plan_with(window: &Window, candidates: &[Candidate], bias_grads: bool) 
                 // Its sums run (or are skipped) at their own positions, after the step.
                 .filter(|grad| grad.ops.iter().all(|&op| op >= a.position));
         }
+        // Sums past the prefix the steps claim may extend it only over themselves: an op in
+        // between would leave Burn's fusers to run as a single op here. (On lavapipe a claim
+        // that also took the first layer's weight-gradient matmul this way changed the blocks
+        // burn-fusion cut after it, and the next forward's Linear+ReLU was no longer fused.)
+        let end = covered.last().expect("not empty") + 1;
+        let sums = bias_grad_ops(&accepted);
+        let last = sums.last().copied().unwrap_or(0);
+        if (end..last).any(|i| !sums.contains(&i)) {
+            for a in accepted.iter_mut() {
+                let extends = |grad: &BiasGrad| grad.ops.iter().any(|&op| op >= end);
+                if a.bias_grad.as_ref().is_some_and(extends) {
+                    a.bias_grad = None;
+                }
+            }
+        }
     }
-    let sums: BTreeSet<usize> = accepted
-        .iter()
-        .filter_map(|a| a.bias_grad.as_ref())
-        .flat_map(|grad| grad.ops.iter().copied())
-        .collect();
+    let sums = bias_grad_ops(&accepted);
     // Ops before the first step run as Burn's ops, one by one. A window that begins with a
     // matmul keeps its leading ops (a weight gradient whose pattern is off, a bias gradient):
     // burn-fusion's block already holds them, and declining would run the whole block

@@ -700,13 +700,23 @@ fn producer(ir: &IrBuilder, outputs: &[T], t: T) -> usize {
     ir.window(outputs).find_producer(id(t)).expect("produced")
 }
 
+/// Every matmul claimed, as on a device with matrix units.
+const CLAIM_MATMULS: PlanOptions = PlanOptions {
+    plain_matmuls: true,
+    ..OPTIONS
+};
+
+fn plan_with(ir: &IrBuilder, outputs: &[T], options: PlanOptions) -> Plan {
+    fused(plan_window(&ir.window(outputs), &Limits::default(), options).claim)
+}
+
 #[test]
 fn relu_backward_produces_its_bias_gradient() {
     for shape in [vec![17, 8], vec![3, 5, 8]] {
         let mut ir = IrBuilder::new();
         let (dpre, db, dw, sums) = relu_backward_layer(&mut ir, &shape);
         let outputs: Vec<T> = [Some(db), dw].into_iter().flatten().collect();
-        let plan = fused(plan(&ir, &outputs));
+        let plan = plan_with(&ir, &outputs, CLAIM_MATMULS);
         let gated = plan
             .fused()
             .find(|s| s.epilogue == Epilogue::ReluGrad)
@@ -750,12 +760,31 @@ fn bias_gradients_follow_the_option() {
     let outputs = [db, dw.unwrap()];
     let off = PlanOptions {
         bias_grads: false,
-        ..OPTIONS
+        ..CLAIM_MATMULS
     };
-    let plan = fused(plan_window(&ir.window(&outputs), &Limits::default(), off).claim);
+    let plan = plan_with(&ir, &outputs, off);
     assert!(plan.fused().all(|s| s.bias_grad.is_none()));
     let sum = producer(&ir, &outputs, sums[0]);
     assert!(!plan.steps.contains(&Step::BiasGrad(sum)));
+}
+
+#[test]
+fn a_bias_gradient_does_not_pull_unclaimed_ops_into_the_claim() {
+    // Without plain matmuls the weight gradient between the gated step and its sum is Burn's:
+    // the claim ends before it, and the sum stays Burn's too.
+    let mut ir = IrBuilder::new();
+    let (.., db, dw, sums) = relu_backward_layer(&mut ir, &[17, 8]);
+    let outputs = [db, dw.unwrap()];
+    let plan = plan_with(&ir, &outputs, OPTIONS);
+    assert!(plan.fused().all(|s| s.bias_grad.is_none()));
+    assert!(plan.len <= producer(&ir, &outputs, sums[0]));
+    // A sum right after the claimed ops extends the claim by itself.
+    let mut ir = IrBuilder::new();
+    let (.., db, _, sums) = relu_backward_layer(&mut ir, &[3, 5, 8]);
+    let plan = plan_with(&ir, &[db], OPTIONS);
+    let last = producer(&ir, &[db], *sums.last().unwrap());
+    assert_eq!(plan.len, last + 1);
+    assert!(plan.fused().any(|s| s.bias_grad.is_some()));
 }
 
 #[test]
@@ -764,7 +793,7 @@ fn a_sum_that_is_not_a_bias_gradient_stays_burns() {
     let mut ir = IrBuilder::new();
     let (dpre, ..) = relu_backward_layer(&mut ir, &[17, 8]);
     let rows = ir.sum_dim(dpre, 1);
-    let planned = fused(plan(&ir, &[rows]));
+    let planned = plan_with(&ir, &[rows], CLAIM_MATMULS);
     let gated = planned
         .fused()
         .find(|s| s.epilogue == Epilogue::ReluGrad)
@@ -778,7 +807,7 @@ fn a_sum_that_is_not_a_bias_gradient_stays_burns() {
     let mut ir = IrBuilder::new();
     let (.., db, _, sums) = relu_backward_layer(&mut ir, &[3, 5, 8]);
     ir.keep(sums[0]);
-    let plan = fused(plan(&ir, &[db]));
+    let plan = plan_with(&ir, &[db], CLAIM_MATMULS);
     let gated = plan
         .fused()
         .find(|s| s.epilogue == Epilogue::ReluGrad)
