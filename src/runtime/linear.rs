@@ -176,9 +176,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 return;
             }
             Step::BiasGrad(index) => {
-                match self.summed.iter().position(|op| op == index) {
-                    Some(_) => skip_sum(&self.plan, *index, context),
-                    None => run_unfused([*index], context, execution),
+                if self.summed.contains(index) {
+                    skip_sum(&self.plan, *index, context);
+                } else {
+                    run_unfused([*index], context, execution);
                 }
                 return;
             }
