@@ -36,8 +36,9 @@ pub struct LinearOptimization<R: CubeRuntime> {
     chains: Vec<ChainCheck>,
     /// Per step of the plan: Burn's own way of running its ops, raced against it.
     alternatives: Vec<Option<Alternative<R>>>,
-    /// This execution's `sum_dim` ops whose bias gradient a fused kernel already produced.
-    summed: Vec<usize>,
+    /// This execution's `sum_dim` ops whose bias gradient a fused kernel already produced,
+    /// each with its input (what skipping it releases).
+    summed: Vec<(usize, TensorRef)>,
     _runtime: PhantomData<R>,
 }
 
@@ -176,10 +177,9 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 return;
             }
             Step::BiasGrad(index) => {
-                if self.summed.contains(index) {
-                    skip_sum(&self.plan, *index, context);
-                } else {
-                    run_unfused([*index], context, execution);
+                match self.summed.iter().find(|(op, _)| op == index) {
+                    Some((_, read)) => skip_sum(*read, context),
+                    None => run_unfused([*index], context, execution),
                 }
                 return;
             }
@@ -210,7 +210,8 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     check.launched |= ran.kind.bit();
                 }
                 if let (true, Some(grad)) = (ran.summed, &fused.bias_grad) {
-                    self.summed.extend(&grad.ops);
+                    self.summed
+                        .extend(grad.ops.iter().copied().zip(grad.reads.iter().copied()));
                 }
                 check.verified |= ran.verified;
                 stats::record(&self.device_key, |s| {
@@ -521,17 +522,10 @@ struct Ran {
     summed: bool,
 }
 
-/// Skips `sum_dim` op `index` of a [`BiasGrad`](crate::plan::BiasGrad) a fused kernel already
-/// produced, releasing what the op would have released here (the step's output, where the
-/// sum was its last reader; a rank-3 sum's intermediate was never made).
-fn skip_sum<H: Clone>(plan: &Plan, index: usize, context: &mut Context<H>) {
-    let grad = plan
-        .fused()
-        .filter_map(|fused| fused.bias_grad.as_ref())
-        .find(|grad| grad.ops.contains(&index))
-        .expect("a skipped sum belongs to a fused step's bias gradient");
-    let position = grad.ops.iter().position(|&op| op == index).unwrap_or(0);
-    let read = grad.reads[position];
+/// Skips a `sum_dim` op of a [`BiasGrad`](crate::plan::BiasGrad) a fused kernel already
+/// produced, releasing its input `read` as the op would have there (the step's output, where
+/// the sum was its last reader; a rank-3 sum's intermediate was never made).
+fn skip_sum<H: Clone>(read: TensorRef, context: &mut Context<H>) {
     let id = real_tensor(context, &read.id).id;
     if read.status == TensorStatus::ReadWrite && context.handles.get_handle_ref(&id).is_some() {
         context.handles.get_handle(&id, &TensorStatus::ReadWrite);
