@@ -60,7 +60,7 @@ const fn case(m: usize, k: usize, n: usize) -> Case {
     }
 }
 
-const CASES: [Case; 20] = [
+const CASES: [Case; 22] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -133,6 +133,21 @@ const CASES: [Case; 20] = [
         pre: false,
         epilogue: Epilogue::ReluGrad,
         ..case(33, 1024, 4096)
+    },
+    // More tiles than an H100 has SMs (136 of 128 × 256, 272 of 128 × 128): a persistent CTA
+    // runs a second tile, so the staged pre, the gate's arrival and its barrier phase carry
+    // over from one tile to the next.
+    Case {
+        transpose_w: true,
+        bias: false,
+        pre: false,
+        specials: true,
+        epilogue: Epilogue::ReluGrad,
+        ..case(2176, 64, 2048)
+    },
+    Case {
+        specials: true,
+        ..case(2176, 64, 2048)
     },
     // Every other activation, with NaN / ±Inf inputs, with and without bias and pre.
     Case {
@@ -504,6 +519,15 @@ fn wgmma_declines_what_it_cannot_run() {
     };
     let err = launch(WGMMA_TILINGS[0], &gateless).unwrap_err();
     assert!(err.contains("gate"), "{err}");
+    // A TMA-store tiling stages pre and the gate in one buffer: never both.
+    let both = LinearArgs {
+        gate: Some(gateless.out.clone()),
+        pre: Some(gateless.out.clone()),
+        ..gateless
+    };
+    assert!(WGMMA_TILINGS[0].tma_store);
+    let err = launch(WGMMA_TILINGS[0], &both).unwrap_err();
+    assert!(err.contains("staging"), "{err}");
 }
 
 /// One grid-chain case: `x` of shape `lead ++ [m, widths[0]]`, each layer `widths[i] →

@@ -15,11 +15,13 @@ use cubecl::prelude::*;
 const COLUMNS: usize = 32;
 /// Units per column: each sums every `LANES`-th row of its chunk.
 const LANES: usize = 8;
-/// Rows one cube sums while more than [`FINAL_ROWS`] are left: a first pass writes one
-/// partial row per chunk.
-const CHUNK: usize = 128;
+/// Rows one cube sums while more than [`FINAL_ROWS`] are left: a pass writes one partial row
+/// per chunk. Short chunks keep many cubes in flight and each unit's loop short: with one
+/// final pass over up to 1024 rows, the Hopper kernel's 512 partial rows of a 8192 × 4096
+/// output took 28-31 µs (128 cubes, 64 dependent loads per unit; H100, CubeCL's profiler).
+const CHUNK: usize = 64;
 /// Most rows the last pass sums in one chunk.
-const FINAL_ROWS: usize = 1024;
+const FINAL_ROWS: usize = 64;
 
 /// `out[c, col] = Σ input[r, col]` over the rows `r` of chunk `c` (`chunk` rows each, the last
 /// one cut at `rows`), for `input` `[rows, n]` row-major. Sums in f32.

@@ -75,9 +75,9 @@ impl WgmmaTiling {
         } else {
             0
         };
-        // 1 KiB to align the first stage, two mbarriers per stage, and each consumer's copy of
-        // its tile's bias (f32).
-        1024 + self.stages as usize * (stage + 16) + staging + 2 * self.bn as usize * 4
+        // 1 KiB to align the first stage, two mbarriers per stage, one per consumer for its
+        // gate, and each consumer's copy of its tile's bias (f32).
+        1024 + self.stages as usize * (stage + 16) + 16 + staging + 2 * self.bn as usize * 4
     }
 }
 
@@ -334,6 +334,14 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     {
         return Err("gate is strided".into());
     }
+    if tiling.tma_store {
+        if args.pre.is_some() && args.gate.is_some() {
+            return Err("pre and a gate share one staging buffer".into());
+        }
+        if !args.pre.iter().chain(&args.gate).all(|t| is_aligned(t)) {
+            return Err("pre or gate not 16-byte aligned".into());
+        }
+    }
     if let Some(bias) = &args.bias
         && bias.meta.strides().last() != Some(&1)
     {
@@ -377,6 +385,15 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     kernel_args
         .tensor_maps
         .push(tensor_map(&args.out, [m, n, n], [64, 64]));
+    if tiling.tma_store {
+        // pre and the gate move through the output's staging buffer, in its layout.
+        for tensor in [&args.pre, &args.gate] {
+            let tensor = tensor.as_ref().unwrap_or(&args.out);
+            kernel_args
+                .tensor_maps
+                .push(tensor_map(tensor, [m, n, n], [64, 64]));
+        }
+    }
     // The bias gradient's partial rows: one per 16 output rows (see the kernel's epilogue).
     let partial_rows = m.div_ceil(BM) * (BM / 16);
     let partials = args.bias_grad.as_ref().map(|_| {
