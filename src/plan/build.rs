@@ -434,8 +434,16 @@ fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
 /// last, if the block has them: one per leading dim, in order, each intermediate sum read only
 /// by the next and freed by it, so only the last one's output lives on.
 fn find_bias_grad(window: &Window, root: TensorId) -> Option<BiasGrad> {
-    let producer = window.find_producer(root)?;
-    let rank = window.ops()[producer].out().shape.len();
+    // Its rank from the op that makes it, or (an operand made before the window) a reader.
+    let rank = match window.find_producer(root) {
+        Some(producer) => window.ops()[producer].out().shape.len(),
+        None => window
+            .find_readers(root)
+            .flat_map(|i| window.ops()[i].inputs.iter())
+            .find(|t| t.id == root)?
+            .shape
+            .len(),
+    };
     let mut ops = Vec::new();
     let mut reads = Vec::new();
     let mut summed = root;
@@ -462,6 +470,7 @@ fn find_bias_grad(window: &Window, root: TensorId) -> Option<BiasGrad> {
         out: summed,
         ops,
         reads,
+        of_rhs: false,
     })
 }
 
@@ -526,6 +535,33 @@ fn build_plan_with(window: &Window, candidates: &[Candidate], bias_grads: bool) 
                 .flatten()
                 // Its sums run (or are skipped) at their own positions, after the step.
                 .filter(|grad| grad.ops.iter().all(|&op| op >= a.position));
+        }
+        // A weight gradient `xᵀ · dy` whose `dy` is also summed over its rows (a Linear
+        // without activation, such as an MLP's output layer: no relu-backward step sums it)
+        // sums `dy` after its kernel. Rank 2 only: a rank-3 `dy` reaches the matmul reshaped.
+        let mut taken = bias_grad_ops(&accepted);
+        for a in accepted.iter_mut() {
+            let c = &a.candidate;
+            if a.bias_grad.is_some()
+                || c.epilogue != Epilogue::Identity
+                || c.bias.is_some()
+                || c.gate.is_some()
+            {
+                continue;
+            }
+            a.bias_grad = find_bias_grad(window, c.w)
+                .filter(|grad| {
+                    grad.ops.len() == 1
+                        && grad
+                            .ops
+                            .iter()
+                            .all(|&op| op >= a.position && !taken.contains(&op))
+                })
+                .map(|grad| BiasGrad {
+                    of_rhs: true,
+                    ..grad
+                });
+            taken.extend(a.bias_grad.iter().flat_map(|grad| grad.ops.iter().copied()));
         }
         // Sums past the prefix the steps claim may extend it only over themselves: an op in
         // between would leave Burn's fusers to run as a single op here. (On lavapipe a claim

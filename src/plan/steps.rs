@@ -48,8 +48,9 @@ pub struct FusedLinear {
     /// this step's `x` (see [`crate::kernel::chain`]).
     #[serde(default)]
     pub chained: bool,
-    /// The bias gradient `Σ_rows out` that the kernel also produces (relu's backward, where the
-    /// block sums the step's output over every dim but the last).
+    /// The bias gradient that the step also produces: `Σ_rows out` (relu's backward, where the
+    /// block sums the step's output over every dim but the last), or `Σ_rows w` (a weight
+    /// gradient `xᵀ · dy` whose `dy` the block also sums: a Linear's without activation).
     /// (Boxed: most steps have none.)
     #[serde(default)]
     pub bias_grad: Option<Box<BiasGrad>>,
@@ -70,6 +71,10 @@ pub struct BiasGrad {
     pub ops: Vec<usize>,
     /// Each op's input, with its status there: what skipping the op releases.
     pub reads: Vec<TensorRef>,
+    /// The sums are over the step's right operand `w` (rank 2, one op), not its output: a
+    /// second pass over `w` after the kernel, which Burn's strided `sum_dim` is far slower at.
+    #[serde(default)]
+    pub of_rhs: bool,
 }
 
 /// One step of a plan.
@@ -168,6 +173,7 @@ impl Plan {
                             out: tensor(grad.out),
                             ops: ops(&grad.ops),
                             reads: grad.reads.iter().copied().map(reference).collect(),
+                            of_rhs: grad.of_rhs,
                         })
                     }),
                 }),

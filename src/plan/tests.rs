@@ -814,3 +814,75 @@ fn a_sum_that_is_not_a_bias_gradient_stays_burns() {
         .unwrap();
     assert_eq!(gated.bias_grad, None);
 }
+
+/// The backward of a Linear without activation (an MLP's output layer) on `dy` `[m, 8]` from
+/// the loss: `dx = dy · wᵀ`, the weight gradient `xᵀ · dy` and the bias gradient, `sum_dim`
+/// of `dy` then `reshape`. Returns (dy, dW, the sum, db).
+fn linear_backward_layer(ir: &mut IrBuilder, m: usize) -> (T, T, T, T) {
+    let dy = ir.input(&[m, 8]);
+    let w = ir.param(&[6, 8]);
+    let wt = ir.swap_dims(w, 0, 1);
+    let _dx = ir.matmul(dy, wt);
+    let x = ir.param(&[m, 6]);
+    let xt = ir.swap_dims(x, 0, 1);
+    let dw = ir.matmul(xt, dy);
+    let sum = ir.sum_dim(dy, 0);
+    let db = ir.reshape(sum, &[8]);
+    (dy, dw, sum, db)
+}
+
+#[test]
+fn a_weight_gradient_sums_its_right_operand_for_the_bias_gradient() {
+    let mut ir = IrBuilder::new();
+    let (dy, dw, sum, db) = linear_backward_layer(&mut ir, 17);
+    let outputs = [dw, db];
+    let plan = plan_with(&ir, &outputs, CLAIM_MATMULS);
+    let step = plan
+        .fused()
+        .find(|s| s.out == id(dw))
+        .expect("the weight gradient is fused");
+    assert_eq!(step.w.id, id(dy));
+    let grad = step.bias_grad.as_ref().expect("it sums dy too");
+    assert!(grad.of_rhs);
+    assert_eq!(grad.out, id(sum));
+    assert_eq!(grad.ops, vec![producer(&ir, &outputs, sum)]);
+    assert_eq!(grad.reads[0].id, id(dy));
+    assert_eq!(
+        plan.fused().filter(|s| s.bias_grad.is_some()).count(),
+        1,
+        "one step produces the sum"
+    );
+    assert!(plan.steps.contains(&Step::BiasGrad(grad.ops[0])));
+
+    // Off with the option, and where the sum is over the last dim (not a bias gradient).
+    let off = PlanOptions {
+        bias_grads: false,
+        ..CLAIM_MATMULS
+    };
+    assert!(
+        plan_with(&ir, &outputs, off)
+            .fused()
+            .all(|s| s.bias_grad.is_none())
+    );
+    let mut ir = IrBuilder::new();
+    let dy = ir.input(&[17, 8]);
+    let x = ir.param(&[17, 6]);
+    let xt = ir.swap_dims(x, 0, 1);
+    let dw = ir.matmul(xt, dy);
+    let rows = ir.sum_dim(dy, 1);
+    let plan = plan_with(&ir, &[dw, rows], CLAIM_MATMULS);
+    assert!(plan.fused().all(|s| s.bias_grad.is_none()));
+}
+
+#[test]
+fn a_relu_backward_sum_stays_with_the_gated_step() {
+    // The weight gradient `xᵀ · dpre` reads the gated step's output as its right operand; the
+    // sum of `dpre` is the gated step's, never the weight gradient's too.
+    let mut ir = IrBuilder::new();
+    let (dpre, db, dw, _) = relu_backward_layer(&mut ir, &[17, 8]);
+    let plan = plan_with(&ir, &[db, dw.unwrap()], CLAIM_MATMULS);
+    let with_grads: Vec<_> = plan.fused().filter(|s| s.bias_grad.is_some()).collect();
+    assert_eq!(with_grads.len(), 1);
+    assert_eq!(with_grads[0].out, id(dpre));
+    assert!(!with_grads[0].bias_grad.as_ref().unwrap().of_rhs);
+}

@@ -568,6 +568,10 @@ fn run_fused<R: CubeRuntime>(
             return Err(reason);
         }
     };
+    let mut produced = produced;
+    if step.bias_grad.as_ref().is_some_and(|grad| grad.of_rhs) {
+        produced.outputs.bias_grad = sum_rhs(&w, context);
+    }
     let client = produced.outputs.out.client.clone();
     if produced.first_launch
         && let Err(reason) = after_first_launch(&client)
@@ -610,6 +614,28 @@ fn run_fused<R: CubeRuntime>(
         verified: false,
         summed,
     })
+}
+
+/// `Σ_rows w` for a step whose [`BiasGrad::of_rhs`](crate::plan::BiasGrad::of_rhs): `w` is
+/// rank 2, and summed where it is contiguous (else `None`, and Burn's `sum_dim` runs).
+fn sum_rhs<R: CubeRuntime>(
+    w: &TensorIr,
+    context: &mut Context<CubeFusionHandle<R>>,
+) -> Option<CubeFusionHandle<R>> {
+    let [rows, n] = w.shape.as_ref() else {
+        return None;
+    };
+    let handle = operand(context, w).handle;
+    if handle.strides.as_ref() != [*n, 1] {
+        return None;
+    }
+    let sums = crate::kernel::alloc(
+        &handle,
+        &crate::kernel::bias_grad_shape(&[*rows, *n]),
+        w.dtype,
+    );
+    crate::kernel::sum_rows(&handle, *rows, *n, &sums);
+    Some(sums)
 }
 
 /// Validates the step and launches its kernels, leaving every handle of the context in place
@@ -665,7 +691,8 @@ fn launch<R: CubeRuntime>(
         bias: bias.as_ref(),
         gate: gate.as_ref(),
         params: step_params(step, context),
-        bias_grad: step.bias_grad.is_some(),
+        // A sum of `w` runs after the kernel (`sum_rhs`), not in its epilogue.
+        bias_grad: step.bias_grad.as_ref().is_some_and(|grad| !grad.of_rhs),
     };
     let write_pre = step.pre.is_some();
     let produced = match kind {
@@ -764,14 +791,22 @@ pub(super) fn compare<R: CubeRuntime>(
             burn_out = Some(burn_values);
         }
     }
-    if let (Some(fused), Some(burn_out)) = (outputs.bias_grad, burn_out) {
-        let n = *out.shape.last().unwrap_or(&1);
+    // What the bias gradient sums: Burn's output, or the right operand.
+    let summed = match &step.bias_grad {
+        Some(grad) if grad.of_rhs => {
+            let handle = context.handles.get_handle(&w.id, &TensorStatus::ReadOnly);
+            Some((read(handle, &w.shape)?, w.shape.to_vec()))
+        }
+        _ => burn_out.map(|values| (values, out.shape.to_vec())),
+    };
+    if let (Some(fused), Some((values, summed_shape))) = (outputs.bias_grad, summed) {
+        let n = *summed_shape.last().unwrap_or(&1);
         let mut sums = vec![0.0f64; n];
-        for (i, value) in burn_out.iter().enumerate() {
+        for (i, value) in values.iter().enumerate() {
             sums[i % n] += *value as f64;
         }
         let sums: Vec<f32> = sums.into_iter().map(|v| v as f32).collect();
-        let shape = crate::kernel::bias_grad_shape(&out.shape);
+        let shape = crate::kernel::bias_grad_shape(&summed_shape);
         let difference = Difference::between(&read(fused, &shape)?, &sums);
         if !difference.within(tolerance) {
             return Err(mismatch("bias gradient", &shape, difference, tolerance));

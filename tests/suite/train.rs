@@ -61,20 +61,20 @@ fn pattern_count(pattern: &str) -> u64 {
     hypatia::stats(&device()).executed(pattern)
 }
 
-/// Bias gradients produced in relu-backward kernels so far.
-fn bias_grad_count() -> u64 {
+/// Bias gradients produced by `pattern`'s steps so far.
+fn bias_grad_count(pattern: &str) -> u64 {
     let stats = hypatia::stats(&device());
-    stats
-        .patterns
-        .get("matmul-relu-grad")
-        .map_or(0, |p| p.bias_grads)
+    stats.patterns.get(pattern).map_or(0, |p| p.bias_grads)
 }
 
-/// What one [`check_backward`] ran: gated steps, plain matmuls, bias gradients in a kernel.
+/// What one [`check_backward`] ran: gated steps, plain matmuls, bias gradients in a
+/// relu-backward kernel, and bias gradients summed from a weight gradient's `dy` (the output
+/// layer's).
 struct Backward {
     gated: u64,
     plain: u64,
     bias_grads: u64,
+    plain_bias_grads: u64,
 }
 
 /// One backward pass of odd-sized MLPs, rank 2 and rank 3, with NaN and ±Inf in the input:
@@ -83,7 +83,8 @@ struct Backward {
 fn check_backward(policy: ExecutionPolicy) -> Backward {
     let _policy = PolicyGuard::set(policy);
     let (grad_before, matmul_before) = (pattern_count("matmul-relu-grad"), pattern_count("matmul"));
-    let bias_before = bias_grad_count();
+    let bias_before = bias_grad_count("matmul-relu-grad");
+    let plain_bias_before = bias_grad_count("matmul");
     let tol = grad_tolerance();
     let widths = [33, 65, 17, 9];
     for (batch, specials) in [(17, false), (1, false), (65, true)] {
@@ -120,7 +121,8 @@ fn check_backward(policy: ExecutionPolicy) -> Backward {
     Backward {
         gated: pattern_count("matmul-relu-grad") - grad_before,
         plain: pattern_count("matmul") - matmul_before,
-        bias_grads: bias_grad_count() - bias_before,
+        bias_grads: bias_grad_count("matmul-relu-grad") - bias_before,
+        plain_bias_grads: bias_grad_count("matmul") - plain_bias_before,
     }
 }
 
@@ -134,14 +136,49 @@ fn backward_matches_burn() {
 #[test]
 fn backward_with_every_matmul_fused_matches_burn() {
     // Forcing an execution claims plain matmuls too (weight gradients, the last layer).
+    // The output layer's bias gradient then comes from its weight gradient's step.
     let ran = check_backward(ExecutionPolicy::Tiled);
     assert!(
-        ran.gated > 0 && ran.plain > 0 && ran.bias_grads > 0,
-        "gated {}, plain {}, bias gradients {}",
+        ran.gated > 0 && ran.plain > 0 && ran.bias_grads > 0 && ran.plain_bias_grads > 0,
+        "gated {}, plain {}, bias gradients {} (from weight gradients {})",
         ran.gated,
         ran.plain,
-        ran.bias_grads
+        ran.bias_grads,
+        ran.plain_bias_grads
     );
+}
+
+#[test]
+fn verify_mode_checks_a_bias_gradient_summed_from_dy() {
+    // Strict verify compares each fused step's first execution with Burn's ops, the output
+    // layer's bias gradient (summed from its weight gradient's `dy`) among them: a wrong sum
+    // would fail the next sync.
+    use hypatia::fallback::verify::{VerifyMode, set_verify_mode};
+    struct Off;
+    impl Drop for Off {
+        fn drop(&mut self) {
+            set_verify_mode(VerifyMode::Off);
+        }
+    }
+    let _policy = PolicyGuard::set(ExecutionPolicy::Tiled);
+    let _off = Off;
+    set_verify_mode(VerifyMode::Strict);
+    let verified = || {
+        let stats = hypatia::stats(&device());
+        stats.patterns.get("matmul").map_or(0, |p| p.verified)
+    };
+    let before = verified();
+    // Widths of their own, so that the steps are new to the plan store and verified here.
+    let widths = [19, 23, 29, 7];
+    let x = data(21, &[37, widths[0]], 1.0);
+    let target = data(22, &[37, widths[3]], 1.0);
+    let fused = gradients::<Autodiff<Fused>, 2>(widths, x.clone(), target.clone());
+    let plain = gradients::<Autodiff<Plain>, 2>(widths, x, target);
+    for (f, p) in fused.iter().zip(&plain) {
+        assert_close(f, p, grad_tolerance());
+    }
+    <Fused as Backend>::sync(&device()).expect("every verified step matched Burn's");
+    assert!(verified() > before, "no weight gradient was verified");
 }
 
 #[test]
