@@ -117,6 +117,22 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, in
         :: "l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
+// Makes a consumer's staged 64 × BN tile (at `c_tile`) visible to the TMA unit, then one thread
+// stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA) and
+// commits the store. Every thread of consumer `cw` calls it.
+__device__ __forceinline__ void store_staged(const CUtensorMap* map, u32 c_tile, u32 m0, u32 n0,
+                                             u32 cw, u32 t128) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
+    if (t128 == 0) {
+#pragma unroll
+        for (u32 box = 0; box < BN / 64; ++box) {
+            tma_store_2d(map, c_tile + box * (64 * 128), (int)(n0 + 64 * box), (int)m0);
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+}
+
 // wgmma shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr & 0x3FFFF) >> 4)
@@ -474,15 +490,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 // pre first, through the staging buffer; the activation reuses it once the
                 // store has read it out.
                 stage_pre(d, bias_s, warp, lane, c_tile);
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
+                store_staged(&tm_pre, c_tile, m0 + cw * 64, n0, cw, t128);
                 if (t128 == 0) {
-#pragma unroll
-                    for (u32 box = 0; box < BN / 64; ++box) {
-                        tma_store_2d(&tm_pre, c_tile + box * (64 * 128), (int)(n0 + 64 * box),
-                                     (int)(m0 + cw * 64));
-                    }
-                    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
                     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                 }
                 asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
@@ -500,18 +509,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                                 row_sums, p, write_pre, sum_rows, c_tile);
             }
 #if TMA_STORE
-            // Make the staged tile visible to the TMA unit, then one thread stores it (clipped to
-            // the tensor's bounds by TMA) and moves on without waiting.
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
-            if (t128 == 0) {
-#pragma unroll
-                for (u32 box = 0; box < BN / 64; ++box) {
-                    tma_store_2d(&tm_c, c_tile + box * (64 * 128), (int)(n0 + 64 * box),
-                                 (int)(m0 + cw * 64));
-                }
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            }
+            // One thread stores the staged tile and moves on without waiting.
+            store_staged(&tm_c, c_tile, m0 + cw * 64, n0, cw, t128);
 #endif
         }
 #if TMA_STORE
