@@ -37,7 +37,7 @@ for step in ${STEPS:-kernel tests calibrate infer}; do
     ncu)
       # The chain kernel's GPU time (L2 kept warm between launches, as in a real loop).
       for b in ${NCU_BATCHES:-1 32}; do
-        HYPATIA_CHAIN=always timeout 120 ncu --cache-control none --kernel-name regex:"mlp_chain|grid_chain" --launch-skip 10 --launch-count 1 --section SpeedOfLight --section LaunchStats \
+        HYPATIA_CHAIN=always timeout 120 ncu --cache-control none --clock-control none --kernel-name regex:"mlp_chain|grid_chain" --launch-skip 10 --launch-count 1 --section SpeedOfLight --section LaunchStats \
           ./bench_infer --dtypes bf16 --batches $b --backends hypatia --warmup 10 --runs 5 > $OUT/ncu_$b.txt 2>&1
         echo "batch $b: $(grep -E "^  (mlp_chain|hypatia_grid_chain)" $OUT/ncu_$b.txt | head -1 | cut -c1-60) $(grep -E 'Duration|Registers Per|Block Size|Memory Throughput +Gbyte' $OUT/ncu_$b.txt | tr -s ' ' | tr '\n' ';')"
       done ;;

@@ -101,10 +101,18 @@ __device__ __forceinline__ void chain_layer(
             while (*d < before_items) __nanosleep(32);
             __threadfence();
         }
-        *slot = first;
+        slot[0] = first;
     }
     __syncthreads();
-    for (u32 item = *slot; item < items; item = *slot) {
+    u32 count = 0; // items this block finished (kept by thread 0)
+    for (u32 round = 0, item = slot[0]; item < items; round++) {
+        // Claim the next item now, and publish it only after this item's loads and sums, so
+        // that the atomic's round trip hides under them (warp 0 would stall at the publishing
+        // store). A claim past the last item is harmless: the counters are reset at exit.
+        // Every block keeps claiming until the items run out, so that the layer completes
+        // with whichever blocks are resident.
+        u32 claimed = 0;
+        if (threadIdx.x == 0) claimed = atomicAdd(next, 1u);
         const u32 c0 = (item % groups) * VEC;
         const u32 r0 = (item / groups) * ROWS;
         constexpr int NV = ROWS * VEC;
@@ -135,6 +143,7 @@ __device__ __forceinline__ void chain_layer(
         halve<NV, 4, NV / 8>(acc, lane);
         halve<NV, 2, NV / 16>(acc, lane);
         halve<NV, 1, NV / 32>(acc, lane);
+        if (threadIdx.x == 0) slot[(round + 1) & 1] = claimed;
         if (NV >= 32) {
 #pragma unroll
             for (int j = 0; j < (NV >= 32 ? NV / 32 : 1); j++)
@@ -156,13 +165,16 @@ __device__ __forceinline__ void chain_layer(
                 out[(size_t)(r0 + r) * out_row + c0 + v] = FROM_F32(s);
             }
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence(); // the item's stores are visible before it counts as done
-            atomicAdd(done, 1u);
-            *slot = atomicAdd(next, 1u);
-        }
-        __syncthreads();
+        __syncthreads(); // `red` is free again, and the next claim is in `slot`
+        item = slot[(round + 1) & 1];
+        count++;
+    }
+    // The block's items count as done together: one fence and one atomic per layer, not per
+    // item. A block holding a claimed item never waits before finishing it, so the layer's
+    // count still completes with any number of resident blocks.
+    if (threadIdx.x == 0 && count != 0) {
+        __threadfence(); // the items' stores are visible before they count as done
+        atomicAdd(done, count);
     }
 }
 
@@ -177,40 +189,40 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_grid_chain(
     u32* counter,
     const __grid_constant__ Params p) {
     __shared__ float red[WARPS * ROWS * 16];
-    __shared__ u32 slot;
+    __shared__ u32 slot[2];
     ELEM* h0 = scratch;
     ELEM* h1 = scratch + (size_t)p.m * p.hidden;
     u32* c = counter;
 #if LAYERS == 1
     chain_layer<VEC0, ACT0, BIAS0, 1>(x, p.x_row, p.x_col, w0, p.w_row[0], b0, out, p.n[0],
                                       p.m, p.k[0], p.n[0], NEXT(c, 0), DONE(c, 0), nullptr, 0,
-                                      red, &slot);
+                                      red, slot);
 #else
     chain_layer<VEC0, ACT0, BIAS0, 1>(x, p.x_row, p.x_col, w0, p.w_row[0], b0, h0, p.hidden,
                                       p.m, p.k[0], p.n[0], NEXT(c, 0), DONE(c, 0), nullptr, 0,
-                                      red, &slot);
+                                      red, slot);
     const u32 items0 = layer_items<VEC0>(p.m, p.n[0]);
 #if LAYERS == 2
     chain_layer<VEC1, ACT1, BIAS1, 0>(h0, p.hidden, 1, w1, p.w_row[1], b1, out, p.n[1],
                                       p.m, p.k[1], p.n[1], NEXT(c, 1), DONE(c, 1), DONE(c, 0),
-                                      items0, red, &slot);
+                                      items0, red, slot);
 #else
     chain_layer<VEC1, ACT1, BIAS1, 0>(h0, p.hidden, 1, w1, p.w_row[1], b1, h1, p.hidden,
                                       p.m, p.k[1], p.n[1], NEXT(c, 1), DONE(c, 1), DONE(c, 0),
-                                      items0, red, &slot);
+                                      items0, red, slot);
     const u32 items1 = layer_items<VEC1>(p.m, p.n[1]);
 #if LAYERS == 3
     chain_layer<VEC2, ACT2, BIAS2, 0>(h1, p.hidden, 1, w2, p.w_row[2], b2, out, p.n[2],
                                       p.m, p.k[2], p.n[2], NEXT(c, 2), DONE(c, 2), DONE(c, 1),
-                                      items1, red, &slot);
+                                      items1, red, slot);
 #else
     chain_layer<VEC2, ACT2, BIAS2, 0>(h1, p.hidden, 1, w2, p.w_row[2], b2, h0, p.hidden,
                                       p.m, p.k[2], p.n[2], NEXT(c, 2), DONE(c, 2), DONE(c, 1),
-                                      items1, red, &slot);
+                                      items1, red, slot);
     const u32 items2 = layer_items<VEC2>(p.m, p.n[2]);
     chain_layer<VEC3, ACT3, BIAS3, 0>(h0, p.hidden, 1, w3, p.w_row[3], b3, out, p.n[3],
                                       p.m, p.k[3], p.n[3], NEXT(c, 3), DONE(c, 3), DONE(c, 2),
-                                      items2, red, &slot);
+                                      items2, red, slot);
 #endif
 #endif
 #endif

@@ -1,0 +1,131 @@
+// Standalone timing of the grid-wide MLP chain kernel (src/kernel/chain/grid_chain.cu), without
+// Burn or CubeCL: GPU time per launch from CUDA events over back-to-back launches, and a check
+// against a float reference that rounds the hidden activations to bf16 as the kernel does.
+// Built on the device by tools/device_chain_bench.sh, one binary per (ROWS, kernel file):
+//   nvcc -O3 -std=c++17 -arch=sm_90a -DROWS=8 -DKERNEL='"grid_chain.cu"' -Isrc/kernel/chain \
+//        tools/chain_bench.cu -o chain_bench
+// Usage: chain_bench M [launches]   (the MLP is 784 -> 512 -> 512 -> 10, ReLU, ReLU, none)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <algorithm>
+#include <vector>
+typedef unsigned int u32;
+#define ELEM __nv_bfloat16
+#define TO_F32(v) __bfloat162float(v)
+#define FROM_F32(v) __float2bfloat16_rn(v)
+#define LOAD_X(p) __ldg(p)
+#define LAYERS 3
+#define VEC0 8
+#define ACT0 1
+#define BIAS0 1
+#define VEC1 8
+#define ACT1 1
+#define BIAS1 1
+#define VEC2 2
+#define ACT2 0
+#define BIAS2 1
+#define VEC3 1
+#define ACT3 0
+#define BIAS3 0
+#include KERNEL
+
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+    printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
+
+static float bf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+int main(int argc, char** argv) {
+    const u32 m = argc > 1 ? atoi(argv[1]) : 1;
+    const int launches = argc > 2 ? atoi(argv[2]) : 2000;
+    const u32 widths[4] = {784, 512, 512, 10};
+    const int vec[3] = {VEC0, VEC1, VEC2};
+    srand(7);
+    auto rnd = [](float scale) { return bf(((rand() % 2001) - 1000) / 1000.0f * scale); };
+    std::vector<float> x(m * widths[0]), w[3], b[3];
+    for (auto& v : x) v = rnd(1.0f);
+    for (int l = 0; l < 3; l++) {
+        w[l].resize(widths[l] * widths[l + 1]);
+        b[l].resize(widths[l + 1]);
+        for (auto& v : w[l]) v = rnd(1.0f / sqrtf((float)widths[l]));
+        for (auto& v : b[l]) v = rnd(0.1f);
+    }
+    auto upload = [](const std::vector<float>& h) {
+        std::vector<__nv_bfloat16> t(h.size());
+        for (size_t i = 0; i < h.size(); i++) t[i] = __float2bfloat16_rn(h[i]);
+        __nv_bfloat16* d;
+        CHECK(cudaMalloc(&d, t.size() * 2));
+        CHECK(cudaMemcpy(d, t.data(), t.size() * 2, cudaMemcpyHostToDevice));
+        return d;
+    };
+    __nv_bfloat16 *dx = upload(x), *dw[3], *db[3], *out, *scratch;
+    for (int l = 0; l < 3; l++) { dw[l] = upload(w[l]); db[l] = upload(b[l]); }
+    CHECK(cudaMalloc(&out, m * widths[3] * 2));
+    CHECK(cudaMemset(out, 0xff, m * widths[3] * 2)); // NaN poison
+    CHECK(cudaMalloc(&scratch, 2 * m * 512 * 2));
+    u32* counter;
+    CHECK(cudaMalloc(&counter, 64));
+    CHECK(cudaMemset(counter, 0, 64));
+
+    Params p{};
+    p.m = m; p.x_row = widths[0]; p.x_col = 1; p.hidden = 512;
+    for (int l = 0; l < 3; l++) { p.k[l] = widths[l]; p.n[l] = widths[l + 1]; p.w_row[l] = widths[l + 1]; }
+    u32 items = 0;
+    for (int l = 0; l < 3; l++) {
+        u32 it = widths[l + 1] / vec[l] * ((m + ROWS - 1) / ROWS);
+        items = it > items ? it : items;
+    }
+    int sms;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const u32 blocks = items < (u32)sms ? items : sms;
+    auto launch = [&]() {
+        hypatia_grid_chain<<<blocks, THREADS>>>(dx, dw[0], db[0], dw[1], db[1], dw[2], db[2],
+                                                dw[0], db[0], out, scratch, counter, p);
+    };
+    for (int i = 0; i < 50; i++) launch();
+    CHECK(cudaDeviceSynchronize());
+
+    // Reference: hidden layers rounded to bf16.
+    std::vector<float> in = x, h;
+    for (int l = 0; l < 3; l++) {
+        const u32 k = widths[l], n = widths[l + 1];
+        h.assign(m * n, 0.0f);
+        for (u32 r = 0; r < m; r++)
+            for (u32 c = 0; c < n; c++) {
+                double s = b[l][c];
+                for (u32 j = 0; j < k; j++) s += (double)in[r * k + j] * w[l][j * n + c];
+                float v = (float)s;
+                if (l < 2) v = v <= 0.0f ? 0.0f : v;
+                h[r * n + c] = bf(v);
+            }
+        in = h;
+    }
+    std::vector<__nv_bfloat16> got(m * widths[3]);
+    CHECK(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost));
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double d = __bfloat162float(got[i]) - in[i];
+        err += d * d; norm += (double)in[i] * in[i];
+    }
+    const double rel = sqrt(err / (norm > 0 ? norm : 1));
+
+    cudaEvent_t a, z;
+    CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&z));
+    std::vector<float> per;
+    for (int rep = 0; rep < 5; rep++) {
+        CHECK(cudaEventRecord(a));
+        for (int i = 0; i < launches; i++) launch();
+        CHECK(cudaEventRecord(z));
+        CHECK(cudaEventSynchronize(z));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, a, z));
+        per.push_back(ms * 1000.0f / launches);
+    }
+    CHECK(cudaGetLastError());
+    std::sort(per.begin(), per.end());
+    printf("%-24s m=%-3u rows=%d blocks=%-3u us/launch=%7.2f (min %7.2f) rel_err=%.2e %s\n",
+           KERNEL, m, ROWS, blocks, per[2], per[0], rel, rel < 1e-2 ? "ok" : "WRONG");
+    return 0;
+}
