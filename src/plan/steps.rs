@@ -57,7 +57,8 @@ pub struct FusedLinear {
 }
 
 /// A bias gradient produced by a fused step: Burn's `sum_dim` ops over every dim of the step's
-/// output but the last (one for a rank-2 output, one per leading dim for a rank-3 one).
+/// output but the last (one for a rank-2 output, one per leading dim for a rank-3 one), or, with
+/// [`BiasGrad::of_rhs`], the one `sum_dim` over the rows of the step's rank-2 right operand.
 ///
 /// The ops stay in the plan as [`Step::BiasGrad`] at their own positions: when the step ran its
 /// kernel they are skipped (releasing what they would have released there), otherwise (Burn's

@@ -11,8 +11,8 @@
 //! matmul, and Burn's fused matmul takes it as its epilogue, as it would if the ops were
 //! adjacent, so Hypatia races the better of Burn's two ways of running them.
 //!
-//! A relu-backward step that also produces its bias gradient races with the gradient's sum on
-//! Hypatia's side only: Burn's side leaves it to the `sum_dim` ops, which run later at their
+//! A step that also produces a bias gradient (a relu backward, or a weight gradient summing its
+//! `dy`) races with the gradient's sum on Hypatia's side only: Burn's side leaves it to the `sum_dim` ops, which run later at their
 //! own positions. The comparison leans towards Burn, so a step Hypatia keeps is faster than
 //! Burn's ops for it.
 //!
