@@ -60,6 +60,19 @@ const fn case(m: usize, k: usize, n: usize) -> Case {
     }
 }
 
+/// Relu's backward `dy · Wᵀ` gated by the pre-activation: W stored `[n, k]`, as Burn's Linear
+/// holds a `[d_in, d_out]` weight; no bias, no pre.
+const fn relu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
+    Case {
+        transpose_w: true,
+        bias: false,
+        pre: false,
+        specials,
+        epilogue: Epilogue::ReluGrad,
+        ..case(m, k, n)
+    }
+}
+
 const CASES: [Case; 22] = [
     Case {
         x_pad: 24,
@@ -117,34 +130,13 @@ const CASES: [Case; 22] = [
         epilogue: Epilogue::Identity,
         ..case(1024, 2056, 64)
     },
-    // Relu backward dy · Wᵀ gated by the pre-activation: W stored [n, k] as Burn's Linear
-    // holds a [d_in, d_out] weight.
-    Case {
-        transpose_w: true,
-        bias: false,
-        pre: false,
-        specials: true,
-        epilogue: Epilogue::ReluGrad,
-        ..case(300, 264, 1000)
-    },
-    Case {
-        transpose_w: true,
-        bias: false,
-        pre: false,
-        epilogue: Epilogue::ReluGrad,
-        ..case(33, 1024, 4096)
-    },
+    // Relu backward, gated by the pre-activation.
+    relu_grad(300, 264, 1000, true),
+    relu_grad(33, 1024, 4096, false),
     // More tiles than an H100 has SMs (136 of 128 × 256, 272 of 128 × 128): a persistent CTA
     // runs a second tile, so the staged pre, the gate's arrival and its barrier phase carry
     // over from one tile to the next.
-    Case {
-        transpose_w: true,
-        bias: false,
-        pre: false,
-        specials: true,
-        epilogue: Epilogue::ReluGrad,
-        ..case(2176, 64, 2048)
-    },
+    relu_grad(2176, 64, 2048, true),
     Case {
         specials: true,
         ..case(2176, 64, 2048)

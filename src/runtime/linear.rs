@@ -552,7 +552,7 @@ fn run_fused<R: CubeRuntime>(
     checks: Checks<'_>,
 ) -> Result<Ran, FallbackReason> {
     let [x, w] = [step.x, step.w].map(|r| real_tensor(context, &r.id));
-    let (kind, produced) = match launch(step, &x, &w, context, execution, checks) {
+    let (kind, mut produced) = match launch(step, &x, &w, context, execution, checks) {
         Ok(Some(launched)) => launched,
         Ok(None) => {
             // Split with nothing to apply: the inner backend's matmul wrote the output.
@@ -568,7 +568,6 @@ fn run_fused<R: CubeRuntime>(
             return Err(reason);
         }
     };
-    let mut produced = produced;
     if step.bias_grad.as_ref().is_some_and(|grad| grad.of_rhs) {
         produced.outputs.bias_grad = sum_rhs(&w, context);
     }
@@ -622,19 +621,15 @@ fn sum_rhs<R: CubeRuntime>(
     w: &TensorIr,
     context: &mut Context<CubeFusionHandle<R>>,
 ) -> Option<CubeFusionHandle<R>> {
-    let [rows, n] = w.shape.as_ref() else {
+    let [_, n] = w.shape.as_ref() else {
         return None;
     };
     let handle = operand(context, w).handle;
     if handle.strides.as_ref() != [*n, 1] {
         return None;
     }
-    let sums = crate::kernel::alloc(
-        &handle,
-        &crate::kernel::bias_grad_shape(&[*rows, *n]),
-        w.dtype,
-    );
-    crate::kernel::sum_rows(&handle, *rows, *n, &sums);
+    let sums = crate::kernel::alloc(&handle, &crate::kernel::bias_grad_shape(&w.shape), w.dtype);
+    crate::kernel::sum_output_rows(&handle, &w.shape, &sums);
     Some(sums)
 }
 
