@@ -52,32 +52,39 @@ pub struct WgmmaTiling {
     /// Store the activation through shared memory with TMA (coalesced, asynchronous) instead
     /// of from registers.
     pub tma_store: bool,
+    /// Columns per staged TMA store: `bn`, or half of it, which halves the staging buffers
+    /// and so leaves room for a fourth stage of 128 × 256 operands. `bn` without `tma_store`.
+    pub store_cols: u32,
 }
 
 impl WgmmaTiling {
-    /// A short name, e.g. `wgmma 128x256 s4 g16 persistent`.
+    /// A short name, e.g. `wgmma 128x256 s4 g16 persistent tma-store/128`.
     pub fn name(&self) -> String {
+        let store = match (self.tma_store, self.store_cols < self.bn) {
+            (false, _) => String::new(),
+            (true, false) => " tma-store".into(),
+            (true, true) => format!(" tma-store/{}", self.store_cols),
+        };
         format!(
-            "wgmma {BM}x{} s{} g{}{}{}",
+            "wgmma {BM}x{} s{} g{}{}{store}",
             self.bn,
             self.stages,
             self.group_m,
             if self.persistent { " persistent" } else { "" },
-            if self.tma_store { " tma-store" } else { "" }
         )
     }
 
     fn shared_bytes(&self) -> usize {
         let stage = (BM + self.bn as usize) * BK * 2;
-        // Two consumers' 64-row output tiles.
+        // Two consumers' 64-row staged sub-tiles.
         let staging = if self.tma_store {
-            2 * 64 * self.bn as usize * 2
+            2 * 64 * self.store_cols as usize * 2
         } else {
             0
         };
         // 1 KiB to align the first stage, two mbarriers per stage, one per consumer for its
-        // gate, and each consumer's copy of its tile's bias (f32).
-        1024 + self.stages as usize * (stage + 16) + 16 + staging + 2 * self.bn as usize * 4
+        // gate, and each consumer's copy of its tile's bias (16-bit).
+        1024 + self.stages as usize * (stage + 16) + 16 + staging + 2 * self.bn as usize * 2
     }
 }
 
@@ -85,18 +92,21 @@ impl WgmmaTiling {
 /// mid-sized problems still fill the GPU. The wide persistent one stores through shared memory
 /// with TMA: once the epilogue stopped waiting on its bias loads, it beat the same tiling with
 /// stores from registers by 5-21% at 8192×1024×4096, 8192×4096×1024 and 8192×4096×4096 bf16
-/// (one H100 run, `benches/results/nvidia-h100.md`).
+/// (one H100 run, `benches/results/nvidia-h100.md`). It stages half a tile at a time, for a
+/// fourth stage: with three, consumers waited on operands for a quarter of their time, and the
+/// fourth made every shape of a training step 1-18% faster (`benches/results/nvidia-h100-kernel.md`).
 pub const WGMMA_TILINGS: [WgmmaTiling; 3] = [
-    tiling(256, 3, 16, true, true),
-    tiling(256, 4, 1, false, false),
-    tiling(128, 6, 16, true, false),
+    tiling(256, 4, 16, true, true, 128),
+    tiling(256, 4, 1, false, false, 256),
+    tiling(128, 6, 16, true, false, 128),
 ];
 
 /// Tilings that run only when forced by name (`HYPATIA_ENGINE_CANDIDATE`, benchmarks'
 /// `--candidates`), kept for comparison: each extra candidate lengthens every autotune.
-pub const WGMMA_FORCED_TILINGS: [WgmmaTiling; 2] = [
-    tiling(256, 4, 16, true, false),
-    tiling(128, 5, 16, true, true),
+pub const WGMMA_FORCED_TILINGS: [WgmmaTiling; 3] = [
+    tiling(256, 3, 16, true, true, 256),
+    tiling(256, 4, 16, true, false, 256),
+    tiling(128, 5, 16, true, true, 128),
 ];
 
 const fn tiling(
@@ -105,6 +115,7 @@ const fn tiling(
     group_m: u32,
     persistent: bool,
     tma_store: bool,
+    store_cols: u32,
 ) -> WgmmaTiling {
     WgmmaTiling {
         bn,
@@ -112,6 +123,7 @@ const fn tiling(
         group_m,
         persistent,
         tma_store,
+        store_cols,
     }
 }
 
@@ -183,6 +195,7 @@ impl CudaSource for KernelConfig {
         let _ = writeln!(src, "#define A_M_MAJOR {}", self.a_m_major as u32);
         let _ = writeln!(src, "#define B_K_MAJOR {}", self.b_k_major as u32);
         let _ = writeln!(src, "#define TMA_STORE {}", self.tiling.tma_store as u32);
+        let _ = writeln!(src, "#define SUB {}", self.tiling.store_cols);
         let _ = writeln!(src, "#define ACT {}u", self.activation.code());
         src.push_str(&wgmma_step(bn, ptx, self.a_m_major, !self.b_k_major));
         src.push_str(KERNEL_SOURCE);
@@ -489,5 +502,22 @@ mod tests {
         for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS) {
             assert!(tiling.shared_bytes() <= 227 * 1024, "{tiling:?}");
         }
+    }
+
+    #[test]
+    fn staged_stores_divide_the_tile_into_whole_boxes() {
+        for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS) {
+            let cols = tiling.store_cols;
+            assert!(cols % 64 == 0 && tiling.bn % cols == 0, "{tiling:?}");
+            assert!(tiling.tma_store || cols == tiling.bn, "{tiling:?}");
+        }
+        assert_eq!(
+            WGMMA_TILINGS[0].name(),
+            "wgmma 128x256 s4 g16 persistent tma-store/128"
+        );
+        assert_eq!(
+            WGMMA_FORCED_TILINGS[0].name(),
+            "wgmma 128x256 s3 g16 persistent tma-store"
+        );
     }
 }

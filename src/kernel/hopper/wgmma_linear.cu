@@ -16,8 +16,9 @@
 // [64 k][64 n], transposed operand B) or K-major ([N, K] storage, one [BN][64] box).
 //
 // With TMA_STORE, each consumer stages its activated 64 × BN tile in shared memory (swizzled
-// like TMA's 128-byte mode) and one thread stores it with TMA: coalesced, and asynchronous, so
-// the next tile's MMAs start while it drains. Without it, threads store from registers. The
+// like TMA's 128-byte mode), SUB columns at a time, and one thread stores each sub-tile with
+// TMA: coalesced, and asynchronous, so the next tile's MMAs start while it drains. A SUB of
+// half the tile halves the staging buffers, which buys a fourth stage of operands. Without it, threads store from registers. The
 // pre-activation goes the same way, staged and stored before the activation; and relu's
 // backward gate arrives by TMA into the same staging buffer while the tile's MMAs run, each
 // thread reading its gate values where it then writes its output. Scattered 4-byte stores of
@@ -25,8 +26,8 @@
 // their time (H100, 8192×1024×4096 bf16: 222 µs with pre against 122 µs without).
 //
 // Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, BN, STAGES, GROUP_M,
-// A_M_MAJOR, B_K_MAJOR, TMA_STORE and
-// wgmma_step(d, desc_a, desc_b).
+// A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a multiple of 64 dividing
+// BN; BN without TMA_STORE) and wgmma_step(d, desc_a, desc_b).
 
 #define BM 128
 #define BK 64
@@ -34,7 +35,11 @@
 #define A_STAGE_BYTES (BM * BK * 2)
 #define B_STAGE_BYTES (BN * BK * 2)
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
-#define C_BYTES (64 * BN * 2)
+#define C_BYTES (64 * SUB * 2)
+#define SUBS (BN / SUB)
+#if !TMA_STORE && SUB != BN
+#error "stores from registers take the whole tile"
+#endif
 
 struct Params {
     u32 m;
@@ -117,19 +122,30 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, in
         :: "l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
-// Makes a consumer's staged 64 × BN tile (at `c_tile`) visible to the TMA unit, then one thread
-// stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA) and
-// commits the store. Every thread of consumer `cw` calls it.
+// Makes a consumer's staged 64 × SUB tile (at `c_tile`) visible to the TMA unit, then one
+// thread stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA)
+// and commits the store. Every thread of consumer `cw` calls it.
 __device__ __forceinline__ void store_staged(const CUtensorMap* map, u32 c_tile, u32 m0, u32 n0,
                                              u32 cw, u32 t128) {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
     if (t128 == 0) {
 #pragma unroll
-        for (u32 box = 0; box < BN / 64; ++box) {
+        for (u32 box = 0; box < SUB / 64; ++box) {
             tma_store_2d(map, c_tile + box * (64 * 128), (int)(n0 + 64 * box), (int)m0);
         }
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+}
+
+// One thread loads the gate's 64 × SUB sub-tile at rows m0.., columns n0.. into a consumer's
+// staging buffer (at `c_tile`), completing on mbarrier `bar`.
+__device__ __forceinline__ void load_gate(const CUtensorMap* map, u32 c_tile, u32 bar, u32 m0,
+                                          u32 n0) {
+    mbar_expect_tx(bar, C_BYTES);
+#pragma unroll
+    for (u32 box = 0; box < SUB / 64; ++box) {
+        tma_load_2d(c_tile + box * (64 * 128), map, bar, (int)(n0 + 64 * box), (int)m0);
     }
 }
 
@@ -167,7 +183,7 @@ __device__ __forceinline__ void tile_origin(u32 t, u32 tiles_m, u32 tiles_n, u32
     n0 = (in_group / rows) * BN;
 }
 
-// Shared-memory address of (row r, column c) of a consumer's staged 64 × BN tile: box c / 64
+// Shared-memory address of (row r, column c) of a consumer's staged 64 × SUB tile: box c / 64
 // of [64 rows][128 bytes], 16-byte chunks XOR row % 8 (TMA's 128-byte swizzle).
 __device__ __forceinline__ u32 staged_addr(u32 c_tile, u32 r, u32 col_local) {
     const u32 c = col_local % 64;
@@ -175,48 +191,55 @@ __device__ __forceinline__ u32 staged_addr(u32 c_tile, u32 r, u32 col_local) {
         + (c % 8) * 2;
 }
 
-// Stages the pre-activation (accumulators + bias, rounded) of a consumer's tile for a TMA store.
-__device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const float* bias_s, u32 warp,
-                                          u32 lane, u32 c_tile) {
+// Stages the pre-activation (accumulators + bias, rounded) of sub-tile `sub` of a consumer's
+// tile for a TMA store.
+__device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* bias_s, u32 warp,
+                                          u32 lane, u32 c_tile, u32 sub) {
     const u32 row_local0 = warp * 16 + lane / 4;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int j = sub * (SUB / 8); j < (sub + 1) * (SUB / 8); ++j) {
         const u32 col_local = j * 8 + (lane % 4) * 2;
-        const float b0 = bias_s[col_local];
-        const float b1 = bias_s[col_local + 1];
+        const float b0 = TO_F32(bias_s[col_local]);
+        const float b1 = TO_F32(bias_s[col_local + 1]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             ELEM2 packed = PACK2(d[j * 4 + h * 2] + b0, d[j * 4 + h * 2 + 1] + b1);
             asm volatile("st.shared.b32 [%0], %1;"
-                         :: "r"(staged_addr(c_tile, row_local0 + h * 8, col_local)),
+                         :: "r"(staged_addr(c_tile, row_local0 + h * 8, col_local - sub * SUB)),
                             "r"(*reinterpret_cast<u32*>(&packed)) : "memory");
         }
     }
 }
 
-// The epilogue of one consumer's 64 × BN tile (rows from m0), from its accumulators: thread
-// (warp w, lane l) holds rows 16w + l/4 (+8) and, per 8 columns j, columns 8j + 2(l%4) (+1).
+// The epilogue of sub-tile `sub` (columns sub·SUB..) of one consumer's 64 × BN tile (rows from
+// m0), from its accumulators: thread (warp w, lane l) holds rows 16w + l/4 (+8) and, per 8
+// columns j, columns 8j + 2(l%4) (+1).
 // GATED (relu's backward) is a template argument so that the gate loads sit unconditionally in
 // one block, where they can be issued ahead of their use; under a run-time branch per column
-// group each load was waited on alone.
-// With `row_sums` (a bias gradient), each warp also adds up its 16 rows of the stored output
-// per column (in-thread over its two rows, then across the 8 lanes sharing a column) and lanes
-// 0-3 write them as row (m0 + 16 warp) / 16 of `row_sums`, an f32 [tiles_m * 8, n] buffer of
-// partial sums that a second, small kernel adds up.
-template <bool GATED>
-__device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* bias_s, u32 m0,
+// group each load was waited on alone. SUM_ROWS is one too: its code, even when skipped at run
+// time, had cost the other epilogues ~5% of an 8192×1024×4096 launch (H100).
+// With SUM_ROWS (a bias gradient), each warp also adds up its 16 rows of the stored output per
+// column and writes them as row (m0 + 16 warp) / 16 of `row_sums`, an f32 [tiles_m * 8, n]
+// buffer of partial sums that a second, small kernel adds up. Per batch of 8 column groups, a
+// thread first adds its two rows; then the 8 lanes that share columns (l, l ^ 4, .., l ^ 28)
+// reduce-scatter: at each of three steps a lane keeps half of its column groups and adds the
+// partner's half of them, so that lane l ends with the sum of column group l / 4 alone. That
+// is 14 shuffles per batch; an all-reduce per column group took 48, and ~4 µs per tile.
+template <bool GATED, bool SUM_ROWS>
+__device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* bias_s, u32 m0,
                                          u32 n0, u32 warp, u32 lane, ELEM* out, ELEM* pre,
                                          const ELEM* __restrict__ gate, float* row_sums,
-                                         const Params& p, bool write_pre, bool sum_rows,
-                                         u32 c_tile) {
+                                         const Params& p, bool write_pre, u32 c_tile, u32 sub) {
     const u32 row_local0 = warp * 16 + lane / 4;
     const u32 row0 = m0 + row_local0;
-    // Column groups per batch of gate loads: all of a batch's loads are issued before the first
-    // is used (32 registers), so a tile waits on BN / 64 load latencies, not on BN / 8.
+    // Column groups per batch of gate loads (and of row sums): all of a batch's loads are
+    // issued before the first is used (32 registers), so a tile waits on BN / 64 load
+    // latencies, not on BN / 8.
     constexpr int BATCH = 8;
 #pragma unroll
-    for (int j0 = 0; j0 < BN / 8; j0 += BATCH) {
+    for (int j0 = sub * (SUB / 8); j0 < (sub + 1) * (SUB / 8); j0 += BATCH) {
         float g[BATCH][4];
+        float sums[BATCH][2];
         if (GATED && !TMA_STORE) {
 #pragma unroll
             for (int jj = 0; jj < BATCH; ++jj) {
@@ -237,21 +260,20 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* 
             const int j = j0 + jj;
             const u32 col_local = j * 8 + (lane % 4) * 2;
             const u32 col = n0 + col_local;
-            const float b0 = bias_s[col_local];
-            const float b1 = bias_s[col_local + 1];
-            float s0 = 0.0f;
-            float s1 = 0.0f;
+            const float b0 = TO_F32(bias_s[col_local]);
+            const float b1 = TO_F32(bias_s[col_local + 1]);
+            sums[jj][0] = 0.0f;
+            sums[jj][1] = 0.0f;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const u32 row = row0 + h * 8;
                 const bool inside = row < p.m && col < p.n;
                 float v0 = d[j * 4 + h * 2] + b0;
                 float v1 = d[j * 4 + h * 2 + 1] + b1;
-                const unsigned long long idx = (unsigned long long)row * p.n + col;
 #if TMA_STORE
                 // pre was staged and stored before this pass (stage_pre); the gate, if any,
                 // sits where this thread's output goes.
-                const u32 addr = staged_addr(c_tile, row_local0 + h * 8, col_local);
+                const u32 addr = staged_addr(c_tile, row_local0 + h * 8, col_local - sub * SUB);
                 if (GATED) {
                     u32 bits;
                     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(addr) : "memory");
@@ -260,6 +282,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* 
                     g[jj][h * 2 + 1] = TO_F32(gate2.y);
                 }
 #else
+                const unsigned long long idx = (unsigned long long)row * p.n + col;
                 if (write_pre && inside) {
                     *reinterpret_cast<ELEM2*>(pre + idx) = PACK2(v0, v1);
                 }
@@ -273,10 +296,10 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* 
                     v1 = g[jj][h * 2 + 1] <= 0.0f ? 0.0f : v1;
                 }
                 ELEM2 packed = PACK2(v0, v1);
-                if (inside) {
+                if (SUM_ROWS && inside) {
                     // The stored (rounded) values, as Burn's sum over the output adds them.
-                    s0 += TO_F32(packed.x);
-                    s1 += TO_F32(packed.y);
+                    sums[jj][0] += TO_F32(packed.x);
+                    sums[jj][1] += TO_F32(packed.y);
                 }
 #if TMA_STORE
                 (void)pre;
@@ -290,17 +313,29 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const float* 
                 }
 #endif
             }
-            if (sum_rows) {
+        }
+        if (SUM_ROWS) {
+            // Reduce-scatter over lane bits 4, 3 and 2 (the row groups): keep the upper half of
+            // the column groups where the bit is set, the lower half where it is clear.
 #pragma unroll
-                for (int offset = 4; offset < 32; offset *= 2) {
-                    s0 += __shfl_xor_sync(0xffffffffu, s0, offset);
-                    s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
+            for (int half = BATCH / 2; half >= 1; half /= 2) {
+                const u32 offset = 4u * (u32)half;
+                const bool upper = (lane & offset) != 0;
+#pragma unroll
+                for (int i = 0; i < half; ++i) {
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float keep = upper ? sums[half + i][c] : sums[i][c];
+                        const float send = upper ? sums[i][c] : sums[half + i][c];
+                        sums[i][c] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+                    }
                 }
-                if (lane < 4 && col < p.n) {
-                    const unsigned long long block = m0 / 16 + warp;
-                    *reinterpret_cast<float2*>(row_sums + block * p.n + col) =
-                        make_float2(s0, s1);
-                }
+            }
+            const u32 col = n0 + (j0 + lane / 4) * 8 + (lane % 4) * 2;
+            if (col < p.n) {
+                const unsigned long long block = m0 / 16 + warp;
+                *reinterpret_cast<float2*>(row_sums + block * p.n + col) =
+                    make_float2(sums[0][0], sums[0][1]);
             }
         }
     }
@@ -394,8 +429,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
         // One branch per warpgroup role, so that ptxas applies setmaxnreg.
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const u32 cw = wg - 1;
-        // This consumer's copy of its tile's bias (BN floats), after the barriers.
-        float* bias_s = reinterpret_cast<float*>(smem_raw + (gate_full + 16 - raw)) + cw * BN;
+        // This consumer's copy of its tile's bias (BN values), after the barriers.
+        ELEM* bias_s = reinterpret_cast<ELEM*>(smem_raw + (gate_full + 16 - raw)) + cw * BN;
         const u32 t128 = tid % 128;
         const u32 warp = t128 / 32;
         const u32 lane = t128 % 32;
@@ -424,17 +459,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 bias1 = TO_F32(bias[n0 + 2 * t128 + 1]);
             }
 #if TMA_STORE
-            // The gate loads into this consumer's staging buffer under the MMAs, once the
-            // previous tile's store has read it out.
+            // The gate's first sub-tile loads into this consumer's staging buffer under the
+            // MMAs, once the previous tile's store has read it out.
             const u32 c_tile = c_base + cw * C_BYTES;
             if (gated && t128 == 0) {
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-                mbar_expect_tx(gate_full + cw * 8, C_BYTES);
-#pragma unroll
-                for (u32 box = 0; box < BN / 64; ++box) {
-                    tma_load_2d(c_tile + box * (64 * 128), &tm_gate, gate_full + cw * 8,
-                                (int)(n0 + 64 * box), (int)(m0 + cw * 64));
-                }
+                load_gate(&tm_gate, c_tile, gate_full + cw * 8, m0 + cw * 64, n0);
             }
 #endif
             for (u32 kt = 0; kt < k_tiles; ++kt, ++it) {
@@ -481,37 +511,61 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #endif
             asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
             if (2 * t128 < BN) {
-                bias_s[2 * t128] = bias0;
-                bias_s[2 * t128 + 1] = bias1;
+                // Exact: the values came from ELEM.
+                *reinterpret_cast<ELEM2*>(bias_s + 2 * t128) = PACK2(bias0, bias1);
             }
             asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
-#if TMA_STORE
-            if (write_pre) {
-                // pre first, through the staging buffer; the activation reuses it once the
-                // store has read it out.
-                stage_pre(d, bias_s, warp, lane, c_tile);
-                store_staged(&tm_pre, c_tile, m0 + cw * 64, n0, cw, t128);
-                if (t128 == 0) {
-                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            const u32 rows = m0 + cw * 64;
+#pragma unroll
+            for (u32 sub = 0; sub < SUBS; ++sub) {
+                const u32 cols = n0 + sub * SUB;
+#if !TMA_STORE
+                (void)cols;
+#else
+                if (sub > 0) {
+                    // The previous sub-tile's store has read the staging buffer out; the gate's
+                    // next sub-tile (if any) loads into it.
+                    if (t128 == 0) {
+                        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                        if (gated) {
+                            load_gate(&tm_gate, c_tile, gate_full + cw * 8, rows, cols);
+                        }
+                    }
+                    asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
                 }
-                asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
-            }
-            if (gated) {
-                mbar_wait(gate_full + cw * 8, gate_phase);
-                gate_phase ^= 1u;
-            }
+                if (write_pre) {
+                    // pre first, through the staging buffer; the activation reuses it once the
+                    // store has read it out.
+                    stage_pre(d, bias_s, warp, lane, c_tile, sub);
+                    store_staged(&tm_pre, c_tile, rows, cols, cw, t128);
+                    if (t128 == 0) {
+                        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                    }
+                    asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
+                }
+                if (gated) {
+                    mbar_wait(gate_full + cw * 8, gate_phase);
+                    gate_phase ^= 1u;
+                }
 #endif
-            if (gated) {
-                epilogue<true>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate,
-                               row_sums, p, write_pre, sum_rows, c_tile);
-            } else {
-                epilogue<false>(d, bias_s, m0 + cw * 64, n0, warp, lane, out, pre, gate,
-                                row_sums, p, write_pre, sum_rows, c_tile);
-            }
+                if (gated && sum_rows) {
+                    epilogue<true, true>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                                         row_sums, p, write_pre, c_tile, sub);
+                } else if (gated) {
+                    epilogue<true, false>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                                          row_sums, p, write_pre, c_tile, sub);
+                } else if (sum_rows) {
+                    epilogue<false, true>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                                          row_sums, p, write_pre, c_tile, sub);
+                } else {
+                    epilogue<false, false>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                                           row_sums, p, write_pre, c_tile, sub);
+                }
 #if TMA_STORE
-            // One thread stores the staged tile and moves on without waiting.
-            store_staged(&tm_c, c_tile, m0 + cw * 64, n0, cw, t128);
+                // One thread stores the staged sub-tile and moves on without waiting.
+                store_staged(&tm_c, c_tile, rows, cols, cw, t128);
 #endif
+            }
         }
 #if TMA_STORE
         if (t128 == 0) {
