@@ -12,6 +12,7 @@
 #include <cmath>
 #include <algorithm>
 #include <vector>
+#include "bench_timing.cuh"
 typedef unsigned int u32;
 #define ELEM __nv_bfloat16
 #define TO_F32(v) __bfloat162float(v)
@@ -32,8 +33,6 @@ typedef unsigned int u32;
 #define BIAS3 0
 #include KERNEL
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
 
 static float bf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
@@ -111,20 +110,7 @@ int main(int argc, char** argv) {
     }
     const double rel = sqrt(err / (norm > 0 ? norm : 1));
 
-    cudaEvent_t a, z;
-    CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&z));
-    std::vector<float> per;
-    for (int rep = 0; rep < 5; rep++) {
-        CHECK(cudaEventRecord(a));
-        for (int i = 0; i < launches; i++) launch();
-        CHECK(cudaEventRecord(z));
-        CHECK(cudaEventSynchronize(z));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, a, z));
-        per.push_back(ms * 1000.0f / launches);
-    }
-    CHECK(cudaGetLastError());
-    std::sort(per.begin(), per.end());
+    const std::vector<float> per = time_launches(launch, launches);
     printf("%-24s m=%-3u rows=%d blocks=%-3u us/launch=%7.2f (min %7.2f) rel_err=%.2e %s\n",
            KERNEL, m, ROWS, blocks, per[2], per[0], rel, rel < 1e-2 ? "ok" : "WRONG");
     return 0;

@@ -4,7 +4,7 @@
 # Needs only nvcc on the device (no Rust binaries). EXTRA_KERNELS: more kernel sources to copy
 # beside it (another version, to compare). Prints one line per (kernel, rows, m).
 set -u
-cp src/kernel/chain/grid_chain.cu tools/chain_bench.cu ${EXTRA_KERNELS:-} /tmp/
+cp src/kernel/chain/grid_chain.cu tools/chain_bench.cu tools/bench_timing.cuh ${EXTRA_KERNELS:-} /tmp/
 cd /tmp
 for K in ${KERNELS:-grid_chain.cu}; do
   for R in ${ROWS_LIST:-1 2 4 8 16}; do

@@ -11,11 +11,11 @@ DEFAULT_CASES="8192:1024:4096:pre:1:0:0 8192:4096:4096:pre:1:0:0 8192:4096:1024:
 8192:1024:4096:gated:0:0:1 4096:8192:1024:none:0:1:0 8192:4096:4096:gated:0:0:1
 4096:8192:4096:none:0:1:0 1024:8192:4096:none:0:1:0 2048:2048:2048:bias:1:0:0
 8192:4096:4096:bias:1:0:0"
-VARIANTS=${VARIANTS:-"base:wgmma_linear.cu:256:3:1"}
+VARIANTS=${VARIANTS:-"base:wgmma_linear.cu:256:4:1:-DSUB=128"}  # the autotuned wide tiling
 CASES=${CASES:-$DEFAULT_CASES}
 W=/tmp/wgmma_bench
 mkdir -p $W
-cp src/kernel/hopper/wgmma_linear.cu tools/wgmma_bench.cu ${EXTRA_KERNELS:-} $W/
+cp src/kernel/hopper/wgmma_linear.cu tools/wgmma_bench.cu tools/bench_timing.cuh ${EXTRA_KERNELS:-} $W/
 cd $W
 # The inline-PTX wrapper src/kernel/hopper/mod.rs generates (wgmma_step), for one BN and layout.
 gen_step() { # BN A_M_MAJOR B_K_MAJOR

@@ -3,7 +3,7 @@
 // launches of one shape, and the kernel's output checked against cuBLASLt's.
 // Built on the device by tools/device_wgmma_bench.sh (which writes wgmma_step.h, the wrapper
 // that src/kernel/hopper/mod.rs generates, for the BN it is built with):
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DBN=256 -DSTAGES=3 -DTMA_STORE=1 ... \
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DBN=256 -DSTAGES=4 -DSUB=128 -DTMA_STORE=1 ... \
 //        -DKERNEL='"wgmma_linear.cu"' tools/wgmma_bench.cu -lcuda -lcublasLt
 // Usage: wgmma_bench M K N MODE [launches]
 //   MODE: none (no bias), bias, pre (bias, pre written), gated (relu-backward gate and
@@ -17,8 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
-#include <algorithm>
 #include <vector>
+#include "bench_timing.cuh"
 typedef unsigned int u32;
 typedef unsigned long long u64;
 #define ELEM __nv_bfloat16
@@ -43,8 +43,6 @@ typedef unsigned long long u64;
 #include "wgmma_step.h"
 #include KERNEL
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1); } } while (0)
 #define CHECK_LT(x) do { cublasStatus_t s = (x); if (s != CUBLAS_STATUS_SUCCESS) { \
     printf("%s:%d cublasLt status %d\n", __FILE__, __LINE__, (int)s); exit(1); } } while (0)
 
@@ -114,32 +112,6 @@ static CUtensorMap map2d(const void* ptr, u64 rows, u64 cols, u32 box_rows, u32 
                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled: %d\n", (int)r); exit(1); }
     return map;
-}
-
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-// GPU µs per launch: median of 5 batches of `launches` back-to-back launches.
-template <typename F>
-static float time_us(F launch, int launches) {
-    for (int i = 0; i < 5; i++) launch();
-    CHECK(cudaDeviceSynchronize());
-    cudaEvent_t a, z;
-    CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&z));
-    std::vector<float> per;
-    for (int rep = 0; rep < 5; rep++) {
-        CHECK(cudaEventRecord(a));
-        for (int i = 0; i < launches; i++) launch();
-        CHECK(cudaEventRecord(z));
-        CHECK(cudaEventSynchronize(z));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, a, z));
-        per.push_back(ms * 1000.0f / launches);
-    }
-    CHECK(cudaGetLastError());
-    return median(per);
 }
 
 int main(int argc, char** argv) {
@@ -240,7 +212,7 @@ int main(int argc, char** argv) {
             CHECK_LT(cublasLtMatmul(lt, desc, &one, w, la, x, lb, &zero, dst, lc, dst, lc,
                                     &heur.algo, ws, ws_size, 0));
         };
-        *us = time_us(run, launches);
+        *us = time_launches(run, launches)[2];
         CHECK(cudaFree(ws));
     };
 
@@ -271,7 +243,7 @@ int main(int argc, char** argv) {
         }
         err_sums = std::isnan(err) ? INFINITY : sqrt(err / (norm > 0 ? norm : 1));
     }
-    const float us = time_us(launch, launches);
+    const float us = time_launches(launch, launches)[2];
     const double flops = 2.0 * m * k * n;
     const bool ok = err_out < 1e-2 && err_pre < 1e-2 && err_sums < 1e-2;
     printf("%-22s %5ux%5ux%5u %-5s a%d b%d | hypatia %8.2f us %6.1f TF/s | cublasLt %8.2f us "
