@@ -3,8 +3,8 @@
 // launches of one shape, and the kernel's output checked against cuBLASLt's.
 // Built on the device by tools/device_wgmma_bench.sh (which writes wgmma_step.h, the wrapper
 // that src/kernel/hopper/mod.rs generates, for the BN it is built with):
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DBN=256 -DSTAGES=4 -DSUB=128 -DTMA_STORE=1 ... \
-//        -DKERNEL='"wgmma_linear.cu"' tools/wgmma_bench.cu -lcuda -lcublasLt
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -DBN=256 -DSTAGES=4 -DSUB=128 \
+//        -DTMA_STORE=1 ... -DKERNEL='"wgmma_linear.cu"' tools/wgmma_bench.cu -lcuda -lcublasLt
 // Usage: wgmma_bench M K N MODE [launches]
 //   MODE: none (no bias), bias, pre (bias, pre written), gated (relu-backward gate and
 //   bias-gradient partial sums, no bias; needs ACT=0), as a training step's forward and backward
@@ -122,7 +122,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 4; i++) if (!strcmp(argv[4], modes[i])) mode = i;
     const int launches = argc > 5 ? atoi(argv[5]) : 20;
     const bool has_bias = mode == 1 || mode == 2;
-    if (mode < 0 || (mode == 3 && ACT != 0u)) { printf("bad mode (gated needs -DACT=0u)\n"); return 2; }
+    if (mode < 0 || (mode == 3 && ACT != 0u)) {
+        printf("bad mode (gated needs -DACT=0u)\n");
+        return 2;
+    }
 
     ELEM *x, *w, *bias, *out, *pre, *gate, *ref, *want;
     float *partials, *sums_got, *sums_want;

@@ -18,12 +18,14 @@
 // With TMA_STORE, each consumer stages its activated 64 × BN tile in shared memory (swizzled
 // like TMA's 128-byte mode), SUB columns at a time, and one thread stores each sub-tile with
 // TMA: coalesced, and asynchronous, so the next tile's MMAs start while it drains. A SUB of
-// half the tile halves the staging buffers, which buys a fourth stage of operands. Without it, threads store from registers. The
-// pre-activation goes the same way, staged and stored before the activation; and relu's
-// backward gate arrives by TMA into the same staging buffer while the tile's MMAs run, each
-// thread reading its gate values where it then writes its output. Scattered 4-byte stores of
-// pre and 2-byte gate loads from registers had cost a training step's K = 1024 layers ~80% of
-// their time (H100, 8192×1024×4096 bf16: 222 µs with pre against 122 µs without).
+// half the tile halves the staging buffers, which buys a fourth stage of operands (with three,
+// the consumers waited on operands for a quarter of their time). Without TMA_STORE, threads
+// store from registers. The pre-activation goes the same way, staged and stored before the
+// activation; and relu's backward gate arrives by TMA into the same staging buffer (its first
+// sub-tile while the tile's MMAs run), each thread reading its gate values where it then writes
+// its output. Scattered 4-byte stores of pre and 2-byte gate loads from registers had cost a
+// training step's K = 1024 layers ~80% of their time (H100, 8192×1024×4096 bf16: 222 µs with
+// pre against 122 µs without).
 //
 // Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, BN, STAGES, GROUP_M,
 // A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a multiple of 64 dividing
@@ -223,8 +225,9 @@ __device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* 
 // buffer of partial sums that a second, small kernel adds up. Per batch of 8 column groups, a
 // thread first adds its two rows; then the 8 lanes that share columns (l, l ^ 4, .., l ^ 28)
 // reduce-scatter: at each of three steps a lane keeps half of its column groups and adds the
-// partner's half of them, so that lane l ends with the sum of column group l / 4 alone. That
-// is 14 shuffles per batch; an all-reduce per column group took 48, and ~4 µs per tile.
+// partner's half of them, so that lane l ends with the sum of column group l / 4 alone: 14
+// shuffles per batch, where an all-reduce per column group took 48 (the gated 8192×1024×4096
+// launch gained 14 µs of the 31 its row sums had cost, H100).
 template <bool GATED, bool SUM_ROWS>
 __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* bias_s, u32 m0,
                                          u32 n0, u32 warp, u32 lane, ELEM* out, ELEM* pre,
