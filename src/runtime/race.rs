@@ -12,9 +12,9 @@
 //! adjacent, so Hypatia races the better of Burn's two ways of running them.
 //!
 //! A step that also produces a bias gradient (a relu backward, or a weight gradient summing its
-//! `dy`) races with the gradient's sum on Hypatia's side only: Burn's side leaves it to the `sum_dim` ops, which run later at their
-//! own positions. The comparison leans towards Burn, so a step Hypatia keeps is faster than
-//! Burn's ops for it.
+//! `dy`) races with the gradient's sum on Hypatia's side only: Burn's side leaves it to the
+//! `sum_dim` ops, which run later at their own positions. The comparison leans towards Burn, so
+//! a step Hypatia keeps is faster than Burn's ops for it.
 //!
 //! At each new real shape both sides run once to warm up (compilation, autotune), then
 //! [`SAMPLES`] times each, alternately, between device syncs; the faster by its best time runs

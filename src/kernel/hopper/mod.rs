@@ -94,7 +94,8 @@ impl WgmmaTiling {
 /// stores from registers by 5-21% at 8192×1024×4096, 8192×4096×1024 and 8192×4096×4096 bf16
 /// (one H100 run, `benches/results/nvidia-h100.md`). It stages half a tile at a time, for a
 /// fourth stage: with three, consumers waited on operands for a quarter of their time, and the
-/// fourth made every shape of a training step 1-18% faster (`benches/results/nvidia-h100-kernel.md`).
+/// fourth made every shape of a training step 1-18% faster
+/// (`benches/results/nvidia-h100-kernel.md`).
 pub const WGMMA_TILINGS: [WgmmaTiling; 3] = [
     tiling(256, 4, 16, true, true, 128),
     tiling(256, 4, 1, false, false, 256),
