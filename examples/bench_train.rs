@@ -7,7 +7,9 @@
 //! autodiff keeps, and after the backward, with every gradient) above what was in use before
 //! the step, and the peak: the allocator's pages reserved after the step above those reserved
 //! after a cleanup just before it (temporaries freed inside the backward count there; page-
-//! granular, so 0 where they fit in pages the model's tensors already hold).
+//! granular, so 0 where they fit in pages the model's tensors already hold). With `--single N`,
+//! also the latency of N single steps, each settled first and synced after (a loop that reads
+//! its loss every step).
 //!
 //! ```text
 //! cargo run --release --features cuda --example bench_train -- --dtypes f32,bf16 --json out.json
@@ -48,6 +50,11 @@ struct Args {
     /// Leave out the table header (used for the per-dtype child processes).
     #[arg(long)]
     no_header: bool,
+    /// Also time this many single steps each, every one settled first (the last step's
+    /// gradients dropped and the device synced) and synced after, as a loop that reads its loss
+    /// every step runs: the step's latency, its launch and sync edges included.
+    #[arg(long, default_value_t = 0)]
+    single: usize,
     /// Race policies to time in turn in this one process, comma separated (auto, always,
     /// burn, never; see `hypatia::kernel::RacePolicy`). Without it, `HYPATIA_RACE` decides.
     #[arg(long)]
@@ -67,6 +74,8 @@ fn race_policies(races: Option<&str>) -> Vec<Option<RacePolicy>> {
 struct Bench {
     /// Runs `--steps` steps, syncs once: (ms per step, ms per step before the sync).
     batch: Box<dyn FnMut() -> (f64, f64)>,
+    /// One settled step, synced: (ms, ms of it before the sync).
+    single: Box<dyn FnMut() -> (f64, f64)>,
     /// One step: MiB in use at its high points above what was in use before, and MiB of pages
     /// reserved after it above those reserved after a cleanup (its peak).
     memory: Box<dyn FnMut() -> (f64, f64)>,
@@ -108,6 +117,19 @@ where
             (ms, host)
         }
     };
+    let single = {
+        let (loss, sync) = (loss.clone(), sync.clone());
+        move || {
+            sync();
+            let start = Instant::now();
+            let grads = loss().backward();
+            let host = start.elapsed().as_secs_f64() * 1e3;
+            sync();
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            drop(grads);
+            (ms, host)
+        }
+    };
     let memory_device: <Runtime as cubecl::Runtime>::Device = device.into();
     let memory = move || {
         sync();
@@ -126,6 +148,7 @@ where
     };
     Bench {
         batch: Box::new(batch_ms),
+        single: Box::new(single),
         memory: Box::new(memory),
     }
 }
@@ -232,6 +255,21 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                 egg.runs,
                 egg.total_micros,
             );
+            if args.single > 0 {
+                let (mut hypatia_single, mut burn_single) = (Vec::new(), Vec::new());
+                for _ in 0..args.single {
+                    hypatia_single.push((hypatia.single)());
+                    burn_single.push((burn.single)());
+                }
+                let ((hy, hy_host), (bu, bu_host)) =
+                    (medians(hypatia_single), medians(burn_single));
+                eprintln!(
+                    "bench_train: {label} {dtype}: one settled step + sync, ms (of it before the \
+                     sync): Hypatia {hy:.4} ({hy_host:.4}), Burn {bu:.4} ({bu_host:.4}), \
+                     Hypatia / Burn {:.2}x",
+                    bu / hy
+                );
+            }
             // One step each, after the timing: the markers on stderr delimit one steady-state
             // step of each backend in logs such as CubeCL's kernel log or BURN_FUSION_LOG.
             eprintln!("bench_train: memory step: hypatia");
