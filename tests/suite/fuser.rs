@@ -26,12 +26,17 @@ fn linear_operands(ir: &mut IrBuilder) -> (T, T, T) {
     (ir.input(&[17, 33]), ir.param(&[33, 65]), ir.param(&[65]))
 }
 
+/// `relu(x · w + b)` on fresh operands.
+fn linear_relu(ir: &mut IrBuilder) -> T {
+    let (x, w, b) = linear_operands(ir);
+    let pre = ir.linear(x, w, Some(b));
+    ir.relu(pre)
+}
+
 #[test]
 fn stays_open_through_a_linear_relu_and_is_ready_at_its_end() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = linear_operands(&mut ir);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let y = linear_relu(&mut ir);
     let (fuser, statuses) = feed(&ir, &[y]);
     assert!(
         statuses.iter().all(|s| *s == FuserStatus::Open),
@@ -147,9 +152,7 @@ fn a_drop_after_a_whole_claim_and_views_closes_with_the_whole_block_claimed() {
     // claim, and a claim of the whole block runs as soon as burn-fusion has queued it (a
     // claim leaving a tail waits for the ops that followed it when it was explored).
     let mut ir = IrBuilder::new();
-    let (x, w, b) = linear_operands(&mut ir);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let y = linear_relu(&mut ir);
     let flat = ir.reshape(y, &[17 * 65]);
     let (mut fuser, statuses) = feed(&ir, &[flat]);
     assert!(
@@ -168,9 +171,7 @@ fn a_drop_after_an_unclaimed_op_leaves_the_claim_as_it_was() {
     // An op past the claim that is not a view may still start or feed a later match: the
     // drop neither grows the claim over it nor closes the fuser.
     let mut ir = IrBuilder::new();
-    let (x, w, b) = linear_operands(&mut ir);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let y = linear_relu(&mut ir);
     let doubled = ir.add(y, y);
     let (mut fuser, _) = feed(&ir, &[doubled]);
     fuser.fuse(&stray_drop());
