@@ -103,31 +103,30 @@ where
         let device = device.clone();
         move || B::sync(&device).expect("sync")
     };
-    // Step time, and the host's share of it: the time to record and launch the steps before
+    // Step time, and the host's share of it: the time to record and launch `n` steps before
     // the sync (when it is close to the step time, the step is bound by the host, not the GPU).
-    let batch_ms = {
+    // Shared by the batches and the single steps, so both run the one model.
+    let steps_ms = std::rc::Rc::new({
         let (loss, sync) = (loss.clone(), sync.clone());
-        move || {
+        move |n: usize| {
             let start = Instant::now();
-            let grads: Vec<_> = (0..steps).map(|_| loss().backward()).collect();
-            let host = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
+            let grads: Vec<_> = (0..n).map(|_| loss().backward()).collect();
+            let host = start.elapsed().as_secs_f64() * 1e3 / n as f64;
             sync();
-            let ms = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
+            let ms = start.elapsed().as_secs_f64() * 1e3 / n as f64;
             drop(grads);
             (ms, host)
         }
+    });
+    let batch_ms = {
+        let steps_ms = steps_ms.clone();
+        move || steps_ms(steps)
     };
     let single = {
-        let (loss, sync) = (loss.clone(), sync.clone());
+        let sync = sync.clone();
         move || {
             sync();
-            let start = Instant::now();
-            let grads = loss().backward();
-            let host = start.elapsed().as_secs_f64() * 1e3;
-            sync();
-            let ms = start.elapsed().as_secs_f64() * 1e3;
-            drop(grads);
-            (ms, host)
+            steps_ms(1)
         }
     };
     let memory_device: <Runtime as cubecl::Runtime>::Device = device.into();
