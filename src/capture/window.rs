@@ -257,6 +257,11 @@ impl CapturedOp {
     pub fn out(&self) -> &TensorIr {
         &self.outputs[0]
     }
+
+    /// Whether the op is a `Drop` (bookkeeping with no output; an `Init` has one).
+    pub fn is_drop(&self) -> bool {
+        self.kind == OpKind::Bookkeeping && self.outputs.is_empty()
+    }
 }
 
 /// `t5:[1,2] = matmul(t3:[1,4], t4:[4,2])`: relative ids and dims, scalars as `s<id>`.
@@ -426,9 +431,7 @@ impl Canonical {
     /// A drop of a tensor not seen before is stray: a dropped tensor is never read again, so
     /// no other op of the window can touch it.
     pub fn push(&mut self, index: usize, op: &CapturedOp) {
-        let stray = op.kind == OpKind::Bookkeeping
-            && op.outputs.is_empty()
-            && op.inputs.iter().all(|t| !self.ids.contains_key(&t.id));
+        let stray = op.is_drop() && op.inputs.iter().all(|t| !self.ids.contains_key(&t.id));
         if stray {
             return;
         }

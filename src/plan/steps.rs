@@ -1,6 +1,6 @@
 //! [`Plan`], [`Step`] and [`FusedLinear`].
 
-use crate::capture::Canonical;
+use crate::capture::{Canonical, CapturedOp};
 use crate::kernel::Epilogue;
 use burn_ir::{TensorId, TensorStatus};
 use serde::{Deserialize, Serialize};
@@ -110,6 +110,31 @@ pub struct ScalarGuard {
     /// The value it must have (equal within 1e-6 relative, as f32 and f64 spellings of a
     /// constant differ there).
     pub value: f64,
+}
+
+impl Plan {
+    /// This plan grown over the rest of the block `ops` (as fed), when that rest is views and
+    /// bookkeeping and ends in a drop (autodiff freeing what a backward pass used): the
+    /// rest runs as Burn's ops after the steps, and the plan then covers the whole block.
+    ///
+    /// burn-fusion stores a plan that covers its whole block to run as soon as the block's ops
+    /// are queued, and finds it again at a sync; a plan that leaves a tail waits for the ops
+    /// that followed it when it was explored (the next training step's, or a sync, which then
+    /// explores the block again).
+    ///
+    /// The plan must have been made on a window holding the tail's views (a stray drop aside):
+    /// the planner then declined any step whose insides they read.
+    pub fn with_free_tail(&self, ops: &[CapturedOp]) -> Option<Plan> {
+        let tail = ops.get(self.len..)?;
+        let ends_freeing = tail.last()?.is_drop();
+        (ends_freeing && tail.iter().all(|op| op.kind.is_free())).then(|| Plan {
+            steps: (self.steps.iter().cloned())
+                .chain((self.len..ops.len()).map(Step::Run))
+                .collect(),
+            len: ops.len(),
+            guards: self.guards.clone(),
+        })
+    }
 }
 
 impl ScalarGuard {

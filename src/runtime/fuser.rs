@@ -92,6 +92,29 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
     }
 
     fn analyze(&mut self) {
+        if let Some(plan) = self.plan_now()
+            && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
+        {
+            self.claim = Some(Arc::new(plan));
+        }
+    }
+
+    /// After a drop that follows a claim: the claim grown over the window's free tail, if
+    /// it has one (see [`Plan::with_free_tail`]), from a plan made with the tail's views in the
+    /// window.
+    fn claim_free_tail(&mut self) {
+        let Some(plan) = self.plan_now() else {
+            return;
+        };
+        if self.claim.as_ref().is_some_and(|c| c.len <= plan.len)
+            && let Some(whole) = plan.with_free_tail(self.window.ops())
+        {
+            self.claim = Some(Arc::new(whole));
+        }
+    }
+
+    /// The window's plan, if it claims anything.
+    fn plan_now(&self) -> Option<Plan> {
         let forced = execution_policy() != ExecutionPolicy::Auto;
         let options = PlanOptions {
             plain_matmuls: (self.matrix_units || forced) && !disabled("matmul"),
@@ -105,10 +128,9 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             chains: !disabled("mlp-chain"),
             bias_grads: !disabled("bias-grad"),
         };
-        if let Claim::Fused(plan) = plan_cached(&self.canonical, options, &self.device_key)
-            && self.claim.as_ref().is_none_or(|c| c.len < plan.len)
-        {
-            self.claim = Some(Arc::new(plan));
+        match plan_cached(&self.canonical, options, &self.device_key) {
+            Claim::Fused(plan) => Some(plan),
+            Claim::Declined(_) => None,
         }
     }
 }
@@ -152,16 +174,29 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         // A long window closes where the next layer's matmul begins, and that matmul stays
         // out of the claim (claimed alone, it would split its layer across two windows).
         let long_at_boundary = kind == OpKind::Matmul && self.window.len() > SOFT_WINDOW;
+        // A drop after a claim (autodiff freeing what the block used) may let the claim take
+        // the window's free tail, and so the whole block. Not an `Init`: a tensor from host
+        // data (or a block burn-fusion merges in for the op that reads both) is followed by
+        // the op that reads it.
+        let freed_after_claim = op.is_drop() && self.claim.is_some();
         if kind.may_end_pattern() && !long_at_boundary {
             self.analyze();
+        } else if freed_after_claim {
+            self.claim_free_tail();
         }
         // A mask that completes no match means the leading matmul's pattern is not one
         // Hypatia runs (or is switched off): stop holding the block.
         let unmatched_mask = ends_activation && self.claim.is_none();
+        // A claim of the whole block, ended by a free, is ready: closing now lets burn-fusion
+        // run it at once instead of holding it for the ops that follow (the next step's
+        // forward, or the user's sync).
+        let whole_block = freed_after_claim
+            && (self.claim.as_ref()).is_some_and(|plan| plan.len == self.window.len());
         if !kind.is_pattern_kind()
             || long_at_boundary
             || self.window.len() >= MAX_WINDOW
             || unmatched_mask
+            || whole_block
             || !self.may_grow()
         {
             self.status = FuserStatus::Closed;

@@ -26,12 +26,17 @@ fn linear_operands(ir: &mut IrBuilder) -> (T, T, T) {
     (ir.input(&[17, 33]), ir.param(&[33, 65]), ir.param(&[65]))
 }
 
+/// `relu(x · w + b)` on fresh operands.
+fn linear_relu(ir: &mut IrBuilder) -> T {
+    let (x, w, b) = linear_operands(ir);
+    let pre = ir.linear(x, w, Some(b));
+    ir.relu(pre)
+}
+
 #[test]
 fn stays_open_through_a_linear_relu_and_is_ready_at_its_end() {
     let mut ir = IrBuilder::new();
-    let (x, w, b) = linear_operands(&mut ir);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.relu(pre);
+    let y = linear_relu(&mut ir);
     let (fuser, statuses) = feed(&ir, &[y]);
     assert!(
         statuses.iter().all(|s| *s == FuserStatus::Open),
@@ -129,4 +134,78 @@ fn a_long_window_closes_where_a_layer_begins() {
         "claims every op before the closing matmul"
     );
     assert_eq!(fuser.len() % 5, 0, "claims whole layers");
+}
+
+/// A tensor of id `id` as bookkeeping names it.
+fn named(id: u64) -> burn_ir::TensorIr {
+    burn_ir::TensorIr {
+        id: burn_ir::TensorId::new(id),
+        shape: vec![1].into(),
+        status: burn_ir::TensorStatus::ReadWrite,
+        dtype: DType::F32,
+    }
+}
+
+/// Autodiff's drop of `t`, a tensor of the window.
+fn drop_of(t: T) -> burn_ir::OperationIr {
+    burn_ir::OperationIr::Drop(named(t.0))
+}
+
+/// A drop of a tensor no op of the window touches (one the block held before the window).
+fn stray_drop() -> burn_ir::OperationIr {
+    burn_ir::OperationIr::Drop(named(10_000))
+}
+
+/// `relu(x · w + b)`, then a view of its output: the view alone does not join the claim.
+fn linear_relu_viewed() -> (HypatiaFuser<Runtime>, T) {
+    let mut ir = IrBuilder::new();
+    let y = linear_relu(&mut ir);
+    let flat = ir.reshape(y, &[17 * 65]);
+    let (fuser, statuses) = feed(&ir, &[flat]);
+    assert!(
+        statuses.iter().all(|s| *s == FuserStatus::Open),
+        "{statuses:?}"
+    );
+    assert_eq!(fuser.len(), 5);
+    (fuser, flat)
+}
+
+#[test]
+fn a_drop_after_a_whole_claim_and_views_closes_with_the_whole_block_claimed() {
+    // Linear + ReLU, a view of its output, then autodiff's drop (of the view, or of a tensor
+    // the block holds that the window never read): nothing more can join the claim, and a
+    // claim of the whole block runs as soon as burn-fusion has queued it (a claim leaving a
+    // tail waits for the ops that followed it when it was explored).
+    for drop in [drop_of, |_| stray_drop()] {
+        let (mut fuser, flat) = linear_relu_viewed();
+        fuser.fuse(&drop(flat));
+        assert_eq!(fuser.status(), FuserStatus::Closed);
+        assert!(fuser.properties().ready);
+        assert_eq!(fuser.len(), 7, "the claim takes the view and the drop");
+    }
+}
+
+#[test]
+fn an_init_after_a_whole_claim_leaves_it_open() {
+    // An `Init` after a claim is what burn-fusion feeds when it merges another block (a bias
+    // from host data) into this one for the op that reads both: closing there would refuse
+    // the merge, and the Linear would lose its epilogue.
+    let (mut fuser, _) = linear_relu_viewed();
+    let init = burn_ir::InitOperationIr { out: named(10_001) };
+    fuser.fuse(&burn_ir::OperationIr::Init(init));
+    assert_eq!(fuser.status(), FuserStatus::Open);
+    assert_eq!(fuser.len(), 5);
+}
+
+#[test]
+fn a_drop_after_an_unclaimed_op_leaves_the_claim_as_it_was() {
+    // An op past the claim that is not a view may still start or feed a later match: the
+    // drop neither grows the claim over it nor closes the fuser.
+    let mut ir = IrBuilder::new();
+    let y = linear_relu(&mut ir);
+    let doubled = ir.add(y, y);
+    let (mut fuser, _) = feed(&ir, &[doubled]);
+    fuser.fuse(&drop_of(doubled));
+    assert_eq!(fuser.status(), FuserStatus::Open);
+    assert_eq!(fuser.len(), 5);
 }
