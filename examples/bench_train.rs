@@ -20,7 +20,7 @@ use burn::prelude::*;
 use burn::tensor::Element;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
-use hypatia::kernel::{RacePolicy, set_race_policy};
+use hypatia::kernel::{FlushPolicy, RacePolicy, set_flush_policy, set_race_policy};
 use std::time::Instant;
 
 #[path = "common/bench.rs"]
@@ -59,15 +59,20 @@ struct Args {
     /// burn, never; see `hypatia::kernel::RacePolicy`). Without it, `HYPATIA_RACE` decides.
     #[arg(long)]
     races: Option<String>,
+    /// Flush policies to time in turn in this one process, comma separated (never, blocks; see
+    /// `hypatia::kernel::FlushPolicy`). Without it, `HYPATIA_FLUSH` decides.
+    #[arg(long)]
+    flushes: Option<String>,
 }
 
-/// `--races` as policies; `[None]` leaves the policy to `HYPATIA_RACE`.
-fn race_policies(races: Option<&str>) -> Vec<Option<RacePolicy>> {
-    let Some(races) = races else {
+/// A comma-separated list of `flag`'s policies; `[None]` without the flag (the environment
+/// variable decides).
+fn policies<P: std::str::FromStr<Err = String>>(list: Option<&str>, flag: &str) -> Vec<Option<P>> {
+    let Some(list) = list else {
         return vec![None];
     };
-    let policy = |name: &str| name.parse().unwrap_or_else(|e| panic!("--races: {e}"));
-    races.split(',').map(|name| Some(policy(name))).collect()
+    let policy = |name: &str| name.parse().unwrap_or_else(|e| panic!("{flag}: {e}"));
+    list.split(',').map(|name| Some(policy(name))).collect()
 }
 
 /// One backend's training step on one MLP, ready to time.
@@ -159,6 +164,9 @@ struct Row {
     /// The race policy in force (`--races`), or "env" where `HYPATIA_RACE` decided.
     #[serde(default)]
     race: String,
+    /// The flush policy in force (`--flushes`), or "env" where `HYPATIA_FLUSH` decided.
+    #[serde(default)]
+    flush: String,
     hypatia_ms: f64,
     burn_ms: f64,
     hypatia_mib: f64,
@@ -191,15 +199,26 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         };
         let mut hypatia = bench::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args.steps);
         let mut burn = bench::<Autodiff<PlainOf<F>>>(spec, args.steps);
-        for race in race_policies(args.races.as_deref()) {
+        let races = policies::<RacePolicy>(args.races.as_deref(), "--races");
+        let flushes = policies::<FlushPolicy>(args.flushes.as_deref(), "--flushes");
+        let combos = races
+            .iter()
+            .flat_map(|r| flushes.iter().map(move |f| (*r, *f)));
+        for (race, flush) in combos {
             if let Some(race) = race {
                 set_race_policy(race);
             }
-            let race = race.map_or("env".to_string(), |r| format!("{r:?}").to_lowercase());
-            let label = if args.races.is_some() {
-                format!("{mlp} [{race}]")
-            } else {
-                mlp.to_string()
+            if let Some(flush) = flush {
+                set_flush_policy(flush);
+            }
+            let name = |p: Option<String>| p.unwrap_or("env".to_string()).to_lowercase();
+            let race = name(race.map(|r| format!("{r:?}")));
+            let flush = name(flush.map(|f| format!("{f:?}")));
+            let label = match (args.races.is_some(), args.flushes.is_some()) {
+                (false, false) => mlp.to_string(),
+                (true, false) => format!("{mlp} [{race}]"),
+                (false, true) => format!("{mlp} [flush {flush}]"),
+                (true, true) => format!("{mlp} [{race}, flush {flush}]"),
             };
             // Warm-up until autotune settles and no race runs (each race syncs the device
             // around its runs; plans, and so races, can appear a few batches in), then timed
@@ -292,6 +311,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                 mlp: mlp.to_string(),
                 dtype: dtype.clone(),
                 race,
+                flush,
                 hypatia_ms,
                 burn_ms,
                 hypatia_mib,

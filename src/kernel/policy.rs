@@ -82,6 +82,14 @@ impl Setting {
         self.value.store(value, Ordering::Relaxed);
     }
 
+    /// The policy of `policies` (in the order of the names) that `name` names.
+    fn parse<P: Copy>(&self, policies: &[P], what: &str, name: &str) -> Result<P, String> {
+        let names = self.names;
+        (names.iter().position(|n| *n == name))
+            .map(|index| policies[index])
+            .ok_or_else(|| format!("unknown {what} policy {name:?} (one of {names:?})"))
+    }
+
     fn get(&self) -> usize {
         let value = self.value.load(Ordering::Relaxed) as usize;
         if value < self.names.len() {
@@ -221,10 +229,51 @@ impl core::str::FromStr for RacePolicy {
 
     /// A policy by the name `HYPATIA_RACE` takes: `auto`, `always`, `burn` or `never`.
     fn from_str(name: &str) -> Result<Self, String> {
-        let names = RACE_POLICY.names;
-        (names.iter().position(|n| *n == name))
-            .map(|index| RACE_POLICIES[index])
-            .ok_or_else(|| format!("unknown race policy {name:?} (one of {names:?})"))
+        RACE_POLICY.parse(&RACE_POLICIES, "race", name)
+    }
+}
+
+/// When the launches of a block Hypatia ran are handed to the device.
+///
+/// CubeCL 0.10 hands tasks to its device thread in batches of 32 (`cubecl-common`'s device
+/// channel): a launch waits in the client's buffer until the buffer fills or something blocks
+/// on the device. burn-fusion hands ops to its own thread the same way. So after a sync the GPU
+/// idles until about a step's worth of tasks has been recorded and run through both threads:
+/// on an H100, 0.63-0.87 ms before the first kernel of a training batch of the 8192:1024:4096:1024
+/// MLP, where the whole step's kernels take 1.65 ms (`tools/timeline.py` over
+/// `tools/kernel_timeline.cu`'s trace, `benches/results/nvidia-h100-train.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// Launches wait in CubeCL's buffer, as Burn's own do (the default until the other is
+    /// measured on a GPU).
+    Never,
+    /// After each block Hypatia runs, its launches go to the device thread at once: the buffer
+    /// is padded with no-op tasks (`DeviceHandle::flush_queue`, which does not wait).
+    Blocks,
+}
+
+static FLUSH_POLICY: Setting = Setting::new("HYPATIA_FLUSH", &["never", "blocks"]);
+
+/// The policies in the order of `FLUSH_POLICY`'s names.
+const FLUSH_POLICIES: [FlushPolicy; 2] = [FlushPolicy::Never, FlushPolicy::Blocks];
+
+/// Sets the flush policy for the whole process. Without a call, `HYPATIA_FLUSH=never|blocks`
+/// decides, and `Never` if unset.
+pub fn set_flush_policy(policy: FlushPolicy) {
+    FLUSH_POLICY.set(policy as u8);
+}
+
+/// The flush policy in force.
+pub fn flush_policy() -> FlushPolicy {
+    FLUSH_POLICIES[FLUSH_POLICY.get()]
+}
+
+impl core::str::FromStr for FlushPolicy {
+    type Err = String;
+
+    /// A policy by the name `HYPATIA_FLUSH` takes: `never` or `blocks`.
+    fn from_str(name: &str) -> Result<Self, String> {
+        FLUSH_POLICY.parse(&FLUSH_POLICIES, "flush", name)
     }
 }
 
@@ -250,5 +299,15 @@ mod tests {
             .collect();
         assert_eq!(parsed, RACE_POLICIES);
         assert!("fast".parse::<RacePolicy>().is_err());
+    }
+
+    #[test]
+    fn flush_policies_parse_by_their_env_names() {
+        let parsed: Vec<FlushPolicy> = ["never", "blocks"]
+            .iter()
+            .map(|name| name.parse().unwrap())
+            .collect();
+        assert_eq!(parsed, FLUSH_POLICIES);
+        assert!("always".parse::<FlushPolicy>().is_err());
     }
 }

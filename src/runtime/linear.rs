@@ -10,9 +10,9 @@ use crate::fallback::{
 use crate::kernel::chain::MAX_CHAIN_LAYERS;
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Execution, LinearOutputs, Operand, chain_policy, check_gate, check_linear,
-    choose_execution, execution_policy, has_matrix_units, launch_bias_activation,
-    launch_fused_linear,
+    EpilogueInputs, Execution, FlushPolicy, LinearOutputs, Operand, chain_policy, check_gate,
+    check_linear, choose_execution, execution_policy, flush_policy, has_matrix_units,
+    launch_bias_activation, launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::stats;
@@ -21,6 +21,9 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_ir::{ScalarIr, TensorIr, TensorStatus};
+use cubecl::Runtime;
+use cubecl::device::Device;
+use cubecl::device_handle::DeviceHandle;
 use cubecl::prelude::ComputeClient;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -39,6 +42,9 @@ pub struct LinearOptimization<R: CubeRuntime> {
     /// This execution's `sum_dim` ops whose bias gradient a fused kernel already produced,
     /// each with its input (what skipping it releases).
     summed: Vec<(usize, TensorRef)>,
+    /// CubeCL's channel to the device thread, to hand it this block's launches at once (see
+    /// [`FlushPolicy`]).
+    device_thread: DeviceHandle<<R as Runtime>::Server>,
     _runtime: PhantomData<R>,
 }
 
@@ -105,6 +111,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 .collect(),
             plan,
             device_key: stats::device_key(&device),
+            device_thread: DeviceHandle::new(device.to_id()),
             summed: Vec::new(),
             _runtime: PhantomData,
         }
@@ -129,6 +136,11 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     ) {
         let start = std::time::Instant::now();
         self.run_steps(context, execution);
+        if flush_policy() == FlushPolicy::Blocks {
+            // Without waiting: the device thread starts on this block's launches now, instead
+            // of when 32 tasks have queued up behind them.
+            self.device_thread.flush_queue();
+        }
         let nanos = start.elapsed().as_nanos() as u64;
         stats::record(&self.device_key, |s| {
             s.host.execute_nanos += nanos;

@@ -140,53 +140,53 @@ pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
     assert!(relative <= tol, "relative error {relative} > {tol}");
 }
 
-/// Sets the execution policy and restores the automatic choice when dropped, even when an
-/// assertion fails.
+/// Restores a process-wide setting when dropped, even when an assertion fails.
+pub struct Restore(fn());
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// Sets the execution policy; the automatic choice comes back when the guard drops.
 pub struct PolicyGuard;
 
 impl PolicyGuard {
-    pub fn set(policy: hypatia::kernel::ExecutionPolicy) -> Self {
+    pub fn set(policy: hypatia::kernel::ExecutionPolicy) -> Restore {
         hypatia::kernel::set_execution_policy(policy);
-        Self
+        Restore(|| hypatia::kernel::set_execution_policy(hypatia::kernel::ExecutionPolicy::Auto))
     }
 }
 
-impl Drop for PolicyGuard {
-    fn drop(&mut self) {
-        hypatia::kernel::set_execution_policy(hypatia::kernel::ExecutionPolicy::Auto);
-    }
-}
-
-/// Sets the race policy and restores the tests' default (no race) when dropped.
+/// Sets the race policy; the tests' default (no race) comes back when the guard drops.
 pub struct RaceGuard;
 
 impl RaceGuard {
-    pub fn set(policy: hypatia::kernel::RacePolicy) -> Self {
+    pub fn set(policy: hypatia::kernel::RacePolicy) -> Restore {
         let _ = device();
         hypatia::kernel::set_race_policy(policy);
-        Self
+        Restore(|| hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never))
     }
 }
 
-impl Drop for RaceGuard {
-    fn drop(&mut self) {
-        hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never);
-    }
-}
-
-/// Sets the MLP-chain policy and restores the automatic choice when dropped.
+/// Sets the MLP-chain policy; the automatic choice comes back when the guard drops.
 pub struct ChainGuard;
 
 impl ChainGuard {
-    pub fn set(policy: hypatia::kernel::ChainPolicy) -> Self {
+    pub fn set(policy: hypatia::kernel::ChainPolicy) -> Restore {
         hypatia::kernel::set_chain_policy(policy);
-        Self
+        Restore(|| hypatia::kernel::set_chain_policy(hypatia::kernel::ChainPolicy::Auto))
     }
 }
 
-impl Drop for ChainGuard {
-    fn drop(&mut self) {
-        hypatia::kernel::set_chain_policy(hypatia::kernel::ChainPolicy::Auto);
+/// Sets the flush policy; the default (`Never`) comes back when the guard drops.
+pub struct FlushGuard;
+
+impl FlushGuard {
+    pub fn set(policy: hypatia::kernel::FlushPolicy) -> Restore {
+        hypatia::kernel::set_flush_policy(policy);
+        Restore(|| hypatia::kernel::set_flush_policy(hypatia::kernel::FlushPolicy::Never))
     }
 }
 

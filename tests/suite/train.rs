@@ -10,7 +10,7 @@ use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use hypatia::kernel::ExecutionPolicy;
+use hypatia::kernel::{ExecutionPolicy, FlushPolicy};
 
 /// Every parameter of `model`, in layer order.
 fn parameters<B: Backend>(model: &Mlp<B>) -> Vec<TensorData> {
@@ -131,6 +131,21 @@ fn backward_matches_burn() {
     let ran = check_backward(ExecutionPolicy::Auto);
     assert!(ran.gated > 0, "relu's gradient never ran fused");
     assert!(ran.bias_grads > 0, "no bias gradient came from a kernel");
+}
+
+#[test]
+fn backward_matches_burn_with_launches_flushed() {
+    // Handing each block's launches to the device thread at once (`FlushPolicy::Blocks`)
+    // changes when they run, never what they compute; the plans are those of the default.
+    let _flush = FlushGuard::set(FlushPolicy::Blocks);
+    let ran = check_backward(ExecutionPolicy::Tiled);
+    assert!(
+        ran.gated > 0 && ran.plain > 0 && ran.bias_grads > 0,
+        "gated {}, plain {}, bias gradients {}",
+        ran.gated,
+        ran.plain,
+        ran.bias_grads
+    );
 }
 
 #[test]
