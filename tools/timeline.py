@@ -3,8 +3,8 @@
 
 The stretch between two synchronizing driver calls that waited for the GPU (at least --wait-us:
 a benchmark's sync; CubeCL also waits on fences of its own that are long done) is one interval
-(a timed batch of bench_train, one single step, ...). Per interval: its wall time (previous sync's return to this
-sync's return), the GPU span (first kernel's start to the last one's end), the time the GPU was
+(a timed batch of bench_train, one single step, ...). Per interval: its wall time (previous
+sync's return to this sync's return), the GPU span (first kernel's start to the last one's end), the time the GPU was
 busy, and its idle gaps, split into those where the next kernel had not been launched yet (the
 GPU waited on the host) and the rest (launch latency between dependent kernels). Intervals are
 grouped by backend (Hypatia's if any kernel is Hypatia's) and kernel count; each group with at

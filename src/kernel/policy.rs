@@ -239,8 +239,8 @@ impl core::str::FromStr for RacePolicy {
 /// channel): a launch waits in the client's buffer until the buffer fills or something blocks
 /// on the device. burn-fusion hands ops to its own thread the same way. So after a sync the GPU
 /// idles until about a step's worth of tasks has been recorded and run through both threads:
-/// on an H100, 0.63-0.87 ms before the first kernel of a training batch of the 8192:1024:4096:1024
-/// MLP, where the whole step's kernels take 1.65 ms (`tools/timeline.py` over
+/// on an H100, 0.6-0.93 ms before the first kernel of each training batch of the
+/// 8192:1024:4096:1024 MLP, whose step's kernels take 1.65 ms (`tools/timeline.py` over
 /// `tools/kernel_timeline.cu`'s trace, `benches/results/nvidia-h100-train.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushPolicy {
