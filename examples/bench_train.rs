@@ -214,11 +214,17 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             let name = |p: Option<String>| p.unwrap_or("env".to_string()).to_lowercase();
             let race = name(race.map(|r| format!("{r:?}")));
             let flush = name(flush.map(|f| format!("{f:?}")));
-            let label = match (args.races.is_some(), args.flushes.is_some()) {
-                (false, false) => mlp.to_string(),
-                (true, false) => format!("{mlp} [{race}]"),
-                (false, true) => format!("{mlp} [flush {flush}]"),
-                (true, true) => format!("{mlp} [{race}, flush {flush}]"),
+            // The label names the policies this process times in turn.
+            let tags: Vec<String> = [
+                args.races.is_some().then(|| race.clone()),
+                args.flushes.is_some().then(|| format!("flush {flush}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let label = match tags.is_empty() {
+                true => mlp.to_string(),
+                false => format!("{mlp} [{}]", tags.join(", ")),
             };
             // Warm-up until autotune settles and no race runs (each race syncs the device
             // around its runs; plans, and so races, can appear a few batches in), then timed
