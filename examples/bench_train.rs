@@ -59,7 +59,7 @@ struct Args {
     /// burn, never; see `hypatia::kernel::RacePolicy`). Without it, `HYPATIA_RACE` decides.
     #[arg(long)]
     races: Option<String>,
-    /// Flush policies to time in turn in this one process, comma separated (never, blocks; see
+    /// Flush policies to time in turn in this one process, comma separated (auto, never, blocks; see
     /// `hypatia::kernel::FlushPolicy`). Without it, `HYPATIA_FLUSH` decides.
     #[arg(long)]
     flushes: Option<String>,

@@ -1,12 +1,13 @@
 #!/bin/bash
-# Carries CubeCL's autotune results between device calls (each call gets a fresh machine), so
-# only the first call pays for tuning. Run from the repo root on the device machine.
-# `restore` (before a run): .device/autotune.tgz -> target/autotune.
-# `save` (after): target/autotune -> $OUT/autotune.tgz; copy that into .device/ here.
-# (The PTX cache under target/cuda stays behind: ~80 MB, over what a call may carry.)
+# Carries CubeCL's autotune results and compiled PTX between device calls (each fresh machine
+# starts bare), so only the first call pays for tuning and NVRTC. Run on the device machine from
+# anywhere under the repo, with tools/cubecl.toml beside the binaries.
+# `restore` (before a run): .device/cache.tar.xz -> target/.
+# `save` (after): target/{autotune,ptx...} -> $OUT/cache.tar.xz; copy that into .device/ here.
 set -u
+ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/.." && pwd))
 case "$1" in
-  restore) mkdir -p target && [ -f .device/autotune.tgz ] && tar xzf .device/autotune.tgz -C target ;;
-  save) [ -d target/autotune ] && tar czf "$OUT/autotune.tgz" -C target autotune ;;
+  restore) mkdir -p "$ROOT/target" && [ -f "$ROOT/.device/cache.tar.xz" ] && tar xJf "$ROOT/.device/cache.tar.xz" -C "$ROOT/target" ;;
+  save) [ -d "$ROOT/target" ] && (cd "$ROOT/target" && ls && tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . && ls -la "$OUT/cache.tar.xz") ;;
 esac
 true

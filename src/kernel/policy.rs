@@ -242,23 +242,49 @@ impl core::str::FromStr for RacePolicy {
 /// on an H100, 0.6-0.93 ms before the first kernel of each training batch of the
 /// 8192:1024:4096:1024 MLP, whose step's kernels take 1.65 ms (`tools/timeline.py` over
 /// `tools/kernel_timeline.cu`'s trace, `benches/results/nvidia-h100-train.md`).
+///
+/// Flushing is not free: it fills the buffer with no-op tasks, so burn-fusion's thread waits
+/// for CubeCL's thread to finish its batch before it can queue the next launch. Where the host
+/// is the bottleneck, that wait is the step's: the same H100 run measured the flush at
+/// -2.4 % per step on that MLP and +15-58 % on the host-bound 1024:784:2048:10 one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushPolicy {
-    /// Launches wait in CubeCL's buffer, as Burn's own do (the default until the other is
-    /// measured on a GPU).
+    /// Flush a block whose kernels are predicted (by the device [`Profile`]) to keep the GPU
+    /// busy for at least [`AUTO_FLUSH_MIN_GPU_US`]: then the GPU, not the host, bounds the
+    /// step, and starting it early pays. The default.
+    Auto,
+    /// Launches wait in CubeCL's buffer, as Burn's own do.
     Never,
     /// After each block Hypatia runs, its launches go to the device thread at once: the buffer
     /// is padded with no-op tasks (`DeviceHandle::flush_queue`, which does not wait).
     Blocks,
 }
 
-static FLUSH_POLICY: Setting = Setting::new("HYPATIA_FLUSH", &["never", "blocks"]);
+/// The predicted GPU time (µs) of a block's fused kernels from which [`FlushPolicy::Auto`]
+/// flushes it: about what the host takes to record one training step of an MLP (0.38-0.45 ms
+/// on the H100 machines, `bench_train`'s "before the sync"). A block of less GPU work than
+/// that leaves the GPU waiting on the host anyway, and the flush only makes the host wait.
+pub const AUTO_FLUSH_MIN_GPU_US: f64 = 500.0;
+
+impl FlushPolicy {
+    /// Whether a block whose fused kernels are predicted to take `gpu_us` is flushed.
+    pub fn flushes(self, gpu_us: f64) -> bool {
+        match self {
+            Self::Auto => gpu_us >= AUTO_FLUSH_MIN_GPU_US,
+            Self::Never => false,
+            Self::Blocks => true,
+        }
+    }
+}
+
+static FLUSH_POLICY: Setting = Setting::new("HYPATIA_FLUSH", &["auto", "never", "blocks"]);
 
 /// The policies in the order of `FLUSH_POLICY`'s names.
-const FLUSH_POLICIES: [FlushPolicy; 2] = [FlushPolicy::Never, FlushPolicy::Blocks];
+const FLUSH_POLICIES: [FlushPolicy; 3] =
+    [FlushPolicy::Auto, FlushPolicy::Never, FlushPolicy::Blocks];
 
-/// Sets the flush policy for the whole process. Without a call, `HYPATIA_FLUSH=never|blocks`
-/// decides, and `Never` if unset.
+/// Sets the flush policy for the whole process. Without a call, `HYPATIA_FLUSH=auto|never|blocks`
+/// decides, and `Auto` if unset.
 pub fn set_flush_policy(policy: FlushPolicy) {
     FLUSH_POLICY.set(policy as u8);
 }
@@ -271,7 +297,7 @@ pub fn flush_policy() -> FlushPolicy {
 impl core::str::FromStr for FlushPolicy {
     type Err = String;
 
-    /// A policy by the name `HYPATIA_FLUSH` takes: `never` or `blocks`.
+    /// A policy by the name `HYPATIA_FLUSH` takes: `auto`, `never` or `blocks`.
     fn from_str(name: &str) -> Result<Self, String> {
         FLUSH_POLICY.parse(&FLUSH_POLICIES, "flush", name)
     }
@@ -303,11 +329,33 @@ mod tests {
 
     #[test]
     fn flush_policies_parse_by_their_env_names() {
-        let parsed: Vec<FlushPolicy> = ["never", "blocks"]
+        let parsed: Vec<FlushPolicy> = ["auto", "never", "blocks"]
             .iter()
             .map(|name| name.parse().unwrap())
             .collect();
         assert_eq!(parsed, FLUSH_POLICIES);
         assert!("always".parse::<FlushPolicy>().is_err());
+    }
+
+    #[test]
+    fn auto_flushes_only_blocks_that_keep_the_gpu_busy() {
+        // The two MLPs the H100 measured: a step of 1024:784:2048:10 is ~56 µs of matrix work
+        // at the Hopper profile's rate, one of 8192:1024:4096:1024 ~1.9 ms.
+        let hopper = Profile::hopper();
+        let step = |spec: [usize; 4]| {
+            let [m, d_in, hidden, d_out] = spec;
+            let layers = [(d_in, hidden), (hidden, hidden), (hidden, d_out)];
+            // Forward, input gradient and weight gradient: three matmuls of each layer's size.
+            (layers.iter())
+                .map(|&(k, n)| 3.0 * hopper.gpu_time(m, k, n, DType::BF16))
+                .sum::<f64>()
+        };
+        let (small, large) = (step([1024, 784, 2048, 10]), step([8192, 1024, 4096, 1024]));
+        assert!(!FlushPolicy::Auto.flushes(small), "{small} µs flushed");
+        assert!(FlushPolicy::Auto.flushes(large), "{large} µs not flushed");
+        for gpu_us in [small, large] {
+            assert!(!FlushPolicy::Never.flushes(gpu_us));
+            assert!(FlushPolicy::Blocks.flushes(gpu_us));
+        }
     }
 }

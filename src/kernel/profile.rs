@@ -148,9 +148,15 @@ impl Profile {
 
     /// Predicted µs of one fused layer `m × k × n` run alone (its own launch).
     pub fn layer_time(&self, m: usize, k: usize, n: usize, dtype: DType) -> f64 {
+        self.step_us + self.gpu_time(m, k, n, dtype)
+    }
+
+    /// Predicted µs the GPU spends on one fused layer `m × k × n`: its FLOPs at the matrix
+    /// throughput or its bytes at the memory bandwidth, whichever takes longer (no launch).
+    pub fn gpu_time(&self, m: usize, k: usize, n: usize, dtype: DType) -> f64 {
         let flops = 2.0 * (m * k * n) as f64;
         let bytes = ((m * k + k * n + 2 * m * n + n) * dtype.size()) as f64;
-        self.step_us + (flops / 1e6 / self.mflop_per_us(dtype)).max(bytes / self.bytes_per_us)
+        (flops / 1e6 / self.mflop_per_us(dtype)).max(bytes / self.bytes_per_us)
     }
 
     /// Predicted µs of the chain's layers, one launch each.

@@ -10,8 +10,8 @@ use crate::fallback::{
 use crate::kernel::chain::MAX_CHAIN_LAYERS;
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Execution, FlushPolicy, LinearOutputs, Operand, chain_policy, check_gate,
-    check_linear, choose_execution, execution_policy, flush_policy, has_matrix_units,
+    EpilogueInputs, Execution, FlushPolicy, LinearOutputs, Operand, Profile, chain_policy,
+    check_gate, check_linear, choose_execution, execution_policy, flush_policy, has_matrix_units,
     launch_bias_activation, launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
@@ -27,7 +27,7 @@ use cubecl::device_handle::DeviceHandle;
 use cubecl::prelude::ComputeClient;
 use std::marker::PhantomData;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Executes a [`Plan`] on a device.
 pub struct LinearOptimization<R: CubeRuntime> {
@@ -45,6 +45,8 @@ pub struct LinearOptimization<R: CubeRuntime> {
     /// CubeCL's channel to the device thread, to hand it this block's launches at once (see
     /// [`FlushPolicy`]).
     device_thread: DeviceHandle<<R as Runtime>::Server>,
+    /// The device's profile, once an execution has looked at the device.
+    profile: OnceLock<&'static Profile>,
     _runtime: PhantomData<R>,
 }
 
@@ -112,6 +114,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             plan,
             device_key: stats::device_key(&device),
             device_thread: DeviceHandle::new(device.to_id()),
+            profile: OnceLock::new(),
             summed: Vec::new(),
             _runtime: PhantomData,
         }
@@ -135,8 +138,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         execution: &OrderedExecution<HypatiaRuntime<R>>,
     ) {
         let start = std::time::Instant::now();
+        // Decided before the steps run: they may release the tensors whose shapes it reads.
+        let flush = flush_policy().flushes(self.predicted_gpu_us(context));
         self.run_steps(context, execution);
-        if flush_policy() == FlushPolicy::Blocks {
+        if flush {
             // Without waiting: the device thread starts on this block's launches now, instead
             // of when 32 tasks have queued up behind them.
             self.device_thread.flush_queue();
@@ -146,6 +151,31 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             s.host.execute_nanos += nanos;
             s.host.executions += 1;
         });
+    }
+
+    /// The device profile's prediction of the GPU time of this execution's fused steps, µs
+    /// (0 where the policy does not need it, or a shape is unknown).
+    fn predicted_gpu_us(&self, context: &Context<CubeFusionHandle<R>>) -> f64 {
+        if flush_policy() != FlushPolicy::Auto {
+            return 0.0;
+        }
+        let mut total = 0.0;
+        for fused in self.plan.fused() {
+            let [Some(x), Some(w)] = [fused.x, fused.w].map(|r| context.tensors.get(&r.id)) else {
+                continue;
+            };
+            let (x_dims, w_dims) = (x.shape.as_ref(), w.shape.as_ref());
+            let (Some((&k, rows)), Some(&n)) = (x_dims.split_last(), w_dims.last()) else {
+                continue;
+            };
+            let profile = *self.profile.get_or_init(|| {
+                let matrix_units = (context.handles.get_handle_ref(&x.id))
+                    .is_some_and(|handle| has_matrix_units(&handle.client, x.dtype));
+                Profile::for_device(matrix_units)
+            });
+            total += profile.gpu_time(rows.iter().product(), k, n, x.dtype);
+        }
+        total
     }
 
     fn run_steps(

@@ -180,13 +180,13 @@ impl ChainGuard {
     }
 }
 
-/// Sets the flush policy; the default (`Never`) comes back when the guard drops.
+/// Sets the flush policy; the default (`Auto`) comes back when the guard drops.
 pub struct FlushGuard;
 
 impl FlushGuard {
     pub fn set(policy: hypatia::kernel::FlushPolicy) -> Restore {
         hypatia::kernel::set_flush_policy(policy);
-        Restore(|| hypatia::kernel::set_flush_policy(hypatia::kernel::FlushPolicy::Never))
+        Restore(|| hypatia::kernel::set_flush_policy(hypatia::kernel::FlushPolicy::Auto))
     }
 }
 
