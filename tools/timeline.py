@@ -11,7 +11,11 @@ grouped by backend (Hypatia's if any kernel is Hypatia's) and kernel count; each
 least --min repeats prints its medians, and the largest Hypatia group its biggest gaps and its
 time per kernel name.
 
-    python3 tools/timeline.py timeline.csv [--min 3] [--wait-us 50]
+With --sequence N, also each GPU event of the Hypatia intervals of N kernels in launch order,
+with its median duration over those intervals (to tell apart launches of one kernel name,
+such as a training step's eight `hypatia_wgmma_linear` matmuls).
+
+    python3 tools/timeline.py timeline.csv [--min 3] [--wait-us 50] [--sequence 21]
 """
 
 import argparse
@@ -86,6 +90,7 @@ def main():
     p.add_argument("csv")
     p.add_argument("--min", type=int, default=3)
     p.add_argument("--wait-us", type=float, default=50.0)
+    p.add_argument("--sequence", type=int, default=0)
     args = p.parse_args()
     gpu, api = load(args.csv)
     ivs = intervals(gpu, api, args.wait_us * 1e3)
@@ -123,6 +128,12 @@ def main():
         print(f"{backend}: GPU time per kernel name in that batch (us, launches)")
         for name, (t, n) in sorted(per_name.items(), key=lambda kv: -kv[1][0])[:15]:
             print(f"  {us(t):9.1f} {n:4d}  {name}")
+    seq = groups.get(("hypatia", args.sequence), [])
+    if seq:
+        print(f"\nhypatia, {args.sequence} kernels: each event in order, median over {len(seq)} (us)")
+        for i, event in enumerate(seq[0]["events"]):
+            times = [iv["events"][i][1] - iv["events"][i][0] for iv in seq if len(iv["events"]) > i]
+            print(f"  {i:3d} {us(statistics.median(times)):9.1f}  {event[3].split('(')[0][:60]}")
 
 
 if __name__ == "__main__":
