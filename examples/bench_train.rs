@@ -271,11 +271,12 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             );
             eprintln!(
                 "bench_train: {label} {dtype}: Hypatia's host time per timed step: fuser {:.1} us, \
-                 executing {:.1} us ({:.1} blocks); e-graph runs in all {} ({} us); \
-                 steps on Burn's side of the race per step {burn_side_per_step:?}",
+                 executing {:.1} us ({:.1} blocks, {:.1} of them flushed); e-graph runs in all \
+                 {} ({} us); steps on Burn's side of the race per step {burn_side_per_step:?}",
                 per_step(host.fuser_nanos, host_before.fuser_nanos) / 1e3,
                 per_step(host.execute_nanos, host_before.execute_nanos) / 1e3,
                 per_step(host.executions, host_before.executions),
+                per_step(host.flushes, host_before.flushes),
                 egg.runs,
                 egg.total_micros,
             );

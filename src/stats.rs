@@ -75,6 +75,9 @@ pub struct HostStats {
     pub execute_nanos: u64,
     /// Claimed blocks run.
     pub executions: u64,
+    /// Of those, the blocks whose launches were handed to the device thread at once
+    /// ([`FlushPolicy`](crate::kernel::FlushPolicy)).
+    pub flushes: u64,
 }
 
 /// What Hypatia did on one device since the process started (or since [`reset_stats`]).

@@ -150,6 +150,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         stats::record(&self.device_key, |s| {
             s.host.execute_nanos += nanos;
             s.host.executions += 1;
+            s.host.flushes += flush as u64;
         });
     }
 

@@ -149,6 +149,48 @@ fn backward_matches_burn_with_launches_flushed() {
 }
 
 #[test]
+fn auto_flushes_only_blocks_predicted_to_keep_the_device_busy() {
+    use burn::tensor::DType;
+    use hypatia::kernel::{AUTO_FLUSH_MIN_GPU_US, Profile, has_matrix_units};
+    let device = device();
+    let client = <Runtime as cubecl::Runtime>::client(&device);
+    let profile = Profile::for_device(has_matrix_units(&client, DType::F32));
+    let predicted = |s: usize| profile.gpu_time(s, s, s, DType::F32);
+    // Square Linear + ReLU layers well clear of the threshold on this device's profile: a
+    // 32-wide one below it and a 128-wide one above it on lavapipe, 1024 and 4096 on an H100.
+    let sizes = || (4..=12).map(|p| 1usize << p);
+    let small = (sizes().rev())
+        .find(|&s| predicted(s) < AUTO_FLUSH_MIN_GPU_US / 4.0)
+        .expect("a layer predicted well below the threshold");
+    let large = (sizes().find(|&s| predicted(s) >= AUTO_FLUSH_MIN_GPU_US * 2.0))
+        .expect("a layer predicted well above the threshold");
+    let cases = [
+        (FlushPolicy::Auto, small, false),
+        (FlushPolicy::Auto, large, true),
+        (FlushPolicy::Never, large, false),
+        (FlushPolicy::Blocks, small, true),
+    ];
+    for (policy, size, flushes) in cases {
+        let _flush = FlushGuard::set(policy);
+        let x = Tensor::<Fused, 2>::from_data(data(1, &[size, size], 1.0), &device);
+        let w = Tensor::<Fused, 2>::from_data(data(2, &[size, size], 0.5), &device);
+        let b = Tensor::<Fused, 1>::from_data(data(3, &[size], 0.5), &device);
+        let before = hypatia::stats(&device).host;
+        let _ = burn::tensor::activation::relu(x.matmul(w) + b.unsqueeze()).into_data();
+        let after = hypatia::stats(&device).host;
+        let ran = after.executions - before.executions;
+        let flushed = after.flushes - before.flushes;
+        let label = format!("{policy:?} at {size} ({:.0} µs predicted)", predicted(size));
+        assert!(ran > 0, "{label}: no claimed block ran");
+        assert_eq!(
+            flushed,
+            if flushes { ran } else { 0 },
+            "{label}: {ran} blocks ran"
+        );
+    }
+}
+
+#[test]
 fn backward_with_every_matmul_fused_matches_burn() {
     // Forcing an execution claims plain matmuls too (weight gradients, the last layer).
     // The output layer's bias gradient then comes from its weight gradient's step.
