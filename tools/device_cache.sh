@@ -3,7 +3,7 @@
 # starts bare), so only the first call pays for tuning and NVRTC. Run on the device machine from
 # anywhere under the repo, with tools/cubecl.toml beside the binaries.
 # `restore` (before a run): .device/cache.tar.xz -> target/.
-# `save` (after): target/{autotune,ptx...} -> $OUT/cache.tar.xz; copy that into .device/ here.
+# `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz; copy that into .device/ here.
 set -u
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/.." && pwd))
 case "$1" in
