@@ -222,9 +222,10 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .into_iter()
             .flatten()
             .collect();
-            let label = match tags.is_empty() {
-                true => mlp.to_string(),
-                false => format!("{mlp} [{}]", tags.join(", ")),
+            let label = if tags.is_empty() {
+                mlp.to_string()
+            } else {
+                format!("{mlp} [{}]", tags.join(", "))
             };
             // Warm-up until autotune settles and no race runs (each race syncs the device
             // around its runs; plans, and so races, can appear a few batches in), then timed

@@ -317,24 +317,24 @@ mod tests {
         assert_eq!(SETTING.get(), 1);
     }
 
+    /// Each of `names` parses to the policy at its index in `policies`; `unknown` does not parse.
+    fn assert_parses<P>(names: &[&str], policies: &[P], unknown: &str)
+    where
+        P: core::str::FromStr<Err = String> + PartialEq + core::fmt::Debug,
+    {
+        let parsed: Vec<P> = names.iter().map(|name| name.parse().unwrap()).collect();
+        assert_eq!(parsed, policies);
+        assert!(unknown.parse::<P>().is_err());
+    }
+
     #[test]
     fn race_policies_parse_by_their_env_names() {
-        let parsed: Vec<RacePolicy> = ["auto", "always", "burn", "never"]
-            .iter()
-            .map(|name| name.parse().unwrap())
-            .collect();
-        assert_eq!(parsed, RACE_POLICIES);
-        assert!("fast".parse::<RacePolicy>().is_err());
+        assert_parses(&["auto", "always", "burn", "never"], &RACE_POLICIES, "fast");
     }
 
     #[test]
     fn flush_policies_parse_by_their_env_names() {
-        let parsed: Vec<FlushPolicy> = ["auto", "never", "blocks"]
-            .iter()
-            .map(|name| name.parse().unwrap())
-            .collect();
-        assert_eq!(parsed, FLUSH_POLICIES);
-        assert!("always".parse::<FlushPolicy>().is_err());
+        assert_parses(&["auto", "never", "blocks"], &FLUSH_POLICIES, "always");
     }
 
     #[test]

@@ -159,6 +159,12 @@ impl Profile {
         (flops / 1e6 / self.mflop_per_us(dtype)).max(bytes / self.bytes_per_us)
     }
 
+    /// `[m, k, n]` of `x · w` from their shapes: `x`'s leading dims fold into `m`.
+    pub fn matmul_dims(x: &[usize], w: &[usize]) -> Option<[usize; 3]> {
+        let (&k, lead) = x.split_last()?;
+        Some([lead.iter().product(), k, *w.last()?])
+    }
+
     /// Predicted µs of the chain's layers, one launch each.
     pub fn layers_time(&self, chain: &ChainProblem) -> f64 {
         (chain.widths.windows(2))

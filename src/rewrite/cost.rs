@@ -158,8 +158,8 @@ impl<'a> SizedCost<'a> {
     /// `(m, k, n, dtype)` of a matmul-like node over `x` and `w`.
     fn mkn(&self, x: Id, w: Id) -> Option<(usize, usize, usize, DType)> {
         let ((x, dtype), (w, _)) = (self.shape(x)?, self.shape(w)?);
-        let (&k, lead) = x.split_last()?;
-        Some((lead.iter().product(), k, *w.last()?, dtype))
+        let [m, k, n] = Profile::matmul_dims(&x, &w)?;
+        Some((m, k, n, dtype))
     }
 
     /// Predicted µs of `node` alone.

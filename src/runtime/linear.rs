@@ -139,7 +139,12 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     ) {
         let start = std::time::Instant::now();
         // Decided before the steps run: they may release the tensors whose shapes it reads.
-        let flush = flush_policy().flushes(self.predicted_gpu_us(context));
+        let policy = flush_policy();
+        let gpu_us = match policy {
+            FlushPolicy::Auto => self.predicted_gpu_us(context),
+            FlushPolicy::Never | FlushPolicy::Blocks => 0.0,
+        };
+        let flush = policy.flushes(gpu_us);
         self.run_steps(context, execution);
         if flush {
             // Without waiting: the device thread starts on this block's launches now, instead
@@ -155,18 +160,14 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     }
 
     /// The device profile's prediction of the GPU time of this execution's fused steps, µs
-    /// (0 where the policy does not need it, or a shape is unknown).
+    /// (a step whose shapes are unknown counts 0).
     fn predicted_gpu_us(&self, context: &Context<CubeFusionHandle<R>>) -> f64 {
-        if flush_policy() != FlushPolicy::Auto {
-            return 0.0;
-        }
         let mut total = 0.0;
         for fused in self.plan.fused() {
             let [Some(x), Some(w)] = [fused.x, fused.w].map(|r| context.tensors.get(&r.id)) else {
                 continue;
             };
-            let (x_dims, w_dims) = (x.shape.as_ref(), w.shape.as_ref());
-            let (Some((&k, rows)), Some(&n)) = (x_dims.split_last(), w_dims.last()) else {
+            let Some([m, k, n]) = Profile::matmul_dims(x.shape.as_ref(), w.shape.as_ref()) else {
                 continue;
             };
             let profile = *self.profile.get_or_init(|| {
@@ -174,7 +175,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     .is_some_and(|handle| has_matrix_units(&handle.client, x.dtype));
                 Profile::for_device(matrix_units)
             });
-            total += profile.gpu_time(rows.iter().product(), k, n, x.dtype);
+            total += profile.gpu_time(m, k, n, x.dtype);
         }
         total
     }
