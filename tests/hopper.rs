@@ -453,12 +453,16 @@ fn compare<H: Half>(what: &str, got: &[u16], reference: &[f64]) -> Result<(), St
 }
 
 /// Every tiling on every case in `H`, on a Hopper GPU (nothing runs without one).
+/// `HYPATIA_TEST_TILINGS=<text>` keeps the tilings whose name contains it: each tiling compiles
+/// a kernel per case, so checking one new tiling on a device need not wait for all of them.
 fn check_all<H: Half>() {
     let Some(dev) = &Device::hopper() else {
         return;
     };
+    let only = std::env::var("HYPATIA_TEST_TILINGS").unwrap_or_default();
+    let tilings = WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS);
     let mut failures = Vec::new();
-    for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS) {
+    for tiling in tilings.filter(|t| t.name().contains(&only)) {
         for c in CASES {
             if let Err(e) = run::<H>(dev, tiling, c) {
                 failures.push(format!("{:?} {}: {c:?}: {e}", H::DTYPE, tiling.name()));

@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&w, (size_t)k * n * 2));
     CHECK(cudaMalloc(&bias, n * 2));
     for (ELEM** p : {&out, &pre, &gate, &ref, &want}) CHECK(cudaMalloc(p, mn * 2));
-    CHECK(cudaMalloc(&partials, (size_t)tiles_m * 8 * n * 4));
+    CHECK(cudaMalloc(&partials, (size_t)tiles_m * (BM / 16) * n * 4));
     CHECK(cudaMalloc(&sums_got, n * 4));
     CHECK(cudaMalloc(&sums_want, n * 4));
     fill<<<1024, 256>>>(x, (size_t)m * k, 1, 2.0f, 0.0f);
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const u32 tiles = tiles_m * ((n + BN - 1) / BN);
     const u32 ctas = tiles < (u32)sms ? tiles : sms;
-    const size_t smem = 1024 + STAGES * (STAGE_BYTES + 16) + 16 + (TMA_STORE ? 2 * C_BYTES : 0)
+    const size_t smem = 1024 + STAGES * (STAGE_BYTES + 16) + 32 + (TMA_STORE ? 2 * C_BYTES : 0)
         + 2 * BN * BIAS_BYTES;
     CHECK(cudaFuncSetAttribute(hypatia_wgmma_linear,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     double err_sums = 0.0;
     if (mode == 3) {
         column_sums<<<(n + 255) / 256, 256>>>(want, sums_want, m, n);
-        partial_sums<<<(n + 255) / 256, 256>>>(partials, sums_got, tiles_m * 8, n);
+        partial_sums<<<(n + 255) / 256, 256>>>(partials, sums_got, tiles_m * (BM / 16), n);
         std::vector<float> summed(n), expected(n);
         CHECK(cudaMemcpy(summed.data(), sums_got, n * 4, cudaMemcpyDeviceToHost));
         CHECK(cudaMemcpy(expected.data(), sums_want, n * 4, cudaMemcpyDeviceToHost));

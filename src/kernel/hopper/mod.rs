@@ -30,18 +30,23 @@ use cubecl::zspace::metadata::Metadata;
 use std::fmt::Write;
 
 const KERNEL_SOURCE: &str = include_str!("wgmma_linear.cu");
-/// Rows of a CTA tile (two consumer warpgroups of 64 rows).
-const BM: usize = 128;
 /// Depth of a stage along k (one 128-byte swizzle row of 16-bit elements).
 const BK: usize = 64;
 /// Producer warpgroup + two consumer warpgroups.
 const THREADS: u32 = 384;
 
-/// One shape of the kernel: CTA tile width, pipeline depth, tile order and grid.
+/// One shape of the kernel: tile size, consumer schedule, pipeline depth, tile order and grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WgmmaTiling {
-    /// Columns per CTA tile (the wgmma instruction is m64n`bn`k16).
+    /// Rows per tile, a multiple of 64: 128 when the two consumer warpgroups share each tile
+    /// (64 rows each); 64 or 128 per consumer with `pingpong`.
+    pub rows: u32,
+    /// Columns per tile (the wgmma instruction is m64n`bn`k16).
     pub bn: u32,
+    /// Each consumer warpgroup works on tiles of its own, the two taking turns at the tensor
+    /// cores, so that one's epilogue runs under the other's MMAs. Cooperative (both on one
+    /// tile) otherwise.
+    pub pingpong: bool,
     /// Shared-memory stages in flight.
     pub stages: u32,
     /// Tiles walked down m before moving along n (1: row by row).
@@ -58,7 +63,8 @@ pub struct WgmmaTiling {
 }
 
 impl WgmmaTiling {
-    /// A short name, e.g. `wgmma 128x256 s4 g16 persistent tma-store/128`.
+    /// A short name, e.g. `wgmma 128x256 s4 g16 persistent tma-store/128`, or
+    /// `wgmma pingpong 128x192 s4 g16 persistent tma-store`.
     pub fn name(&self) -> String {
         let store = match (self.tma_store, self.store_cols < self.bn) {
             (false, _) => String::new(),
@@ -66,7 +72,9 @@ impl WgmmaTiling {
             (true, true) => format!(" tma-store/{}", self.store_cols),
         };
         format!(
-            "wgmma {BM}x{} s{} g{}{}{store}",
+            "wgmma {}{}x{} s{} g{}{}{store}",
+            if self.pingpong { "pingpong " } else { "" },
+            self.rows,
             self.bn,
             self.stages,
             self.group_m,
@@ -75,16 +83,16 @@ impl WgmmaTiling {
     }
 
     fn shared_bytes(&self) -> usize {
-        let stage = (BM + self.bn as usize) * BK * 2;
+        let stage = (self.rows as usize + self.bn as usize) * BK * 2;
         // Two consumers' 64-row staged sub-tiles.
         let staging = if self.tma_store {
             2 * 64 * self.store_cols as usize * 2
         } else {
             0
         };
-        // 1 KiB to align the first stage, two mbarriers per stage, one per consumer for its
-        // gate, and each consumer's copy of its tile's bias (16-bit).
-        1024 + self.stages as usize * (stage + 16) + 16 + staging + 2 * self.bn as usize * 2
+        // 1 KiB to align the first stage, two mbarriers per stage, two per consumer (its gate,
+        // its turn), and each consumer's copy of its tile's bias (16-bit).
+        1024 + self.stages as usize * (stage + 16) + 32 + staging + 2 * self.bn as usize * 2
     }
 }
 
@@ -96,18 +104,25 @@ impl WgmmaTiling {
 /// fourth stage: with three, consumers waited on operands for a quarter of their time, and the
 /// fourth made every shape of a training step 1-18% faster
 /// (`benches/results/nvidia-h100-kernel.md`).
-pub const WGMMA_TILINGS: [WgmmaTiling; 3] = [
+///
+/// The ping-pong 128 × 192 tiling is for epilogue-heavy launches (small k, `pre` written, or
+/// relu's backward gate read): each consumer's epilogue runs under the other's MMAs. Its
+/// 128 × 192 tile keeps shared-memory traffic per MMA near the cooperative 128 × 256 tile's,
+/// which a 64 × 256 ping-pong tile raises by a quarter (`benches/results/nvidia-h100-kernel.md`).
+pub const WGMMA_TILINGS: [WgmmaTiling; 4] = [
     tiling(256, 4, 16, true, true, 128),
     tiling(256, 4, 1, false, false, 256),
     tiling(128, 6, 16, true, false, 128),
+    tiling(192, 4, 16, true, true, 192).pingpong(128),
 ];
 
 /// Tilings that run only when forced by name (`HYPATIA_ENGINE_CANDIDATE`, benchmarks'
 /// `--candidates`), kept for comparison: each extra candidate lengthens every autotune.
-pub const WGMMA_FORCED_TILINGS: [WgmmaTiling; 3] = [
+pub const WGMMA_FORCED_TILINGS: [WgmmaTiling; 4] = [
     tiling(256, 3, 16, true, true, 256),
     tiling(256, 4, 16, true, false, 256),
     tiling(128, 5, 16, true, true, 128),
+    tiling(256, 4, 16, true, true, 128).pingpong(64),
 ];
 
 const fn tiling(
@@ -119,12 +134,25 @@ const fn tiling(
     store_cols: u32,
 ) -> WgmmaTiling {
     WgmmaTiling {
+        rows: 128,
         bn,
+        pingpong: false,
         stages,
         group_m,
         persistent,
         tma_store,
         store_cols,
+    }
+}
+
+impl WgmmaTiling {
+    /// This tiling with each consumer on tiles of its own, `rows` (64 or 128) × `bn`.
+    const fn pingpong(self, rows: u32) -> Self {
+        WgmmaTiling {
+            rows,
+            pingpong: true,
+            ..self
+        }
     }
 }
 
@@ -193,6 +221,13 @@ impl CudaSource for KernelConfig {
             self.tiling.stages
         );
         let _ = writeln!(src, "#define GROUP_M {}", self.tiling.group_m);
+        if self.tiling.pingpong {
+            let _ = writeln!(
+                src,
+                "#define PINGPONG 1\n#define MH {}",
+                self.tiling.rows / 64
+            );
+        }
         let _ = writeln!(src, "#define A_M_MAJOR {}", self.a_m_major as u32);
         let _ = writeln!(src, "#define B_K_MAJOR {}", self.b_k_major as u32);
         let _ = writeln!(src, "#define TMA_STORE {}", self.tiling.tma_store as u32);
@@ -365,7 +400,8 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("output larger than 32-bit indexing".into());
     }
     // Persistent: one CTA per SM (fewer when there are fewer tiles).
-    let tiles = n.div_ceil(tiling.bn as usize) * m.div_ceil(BM);
+    let bm = tiling.rows as usize;
+    let tiles = n.div_ceil(tiling.bn as usize) * m.div_ceil(bm);
     let sms = client
         .properties()
         .hardware
@@ -389,7 +425,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     kernel_args.tensor_maps.push(if a_m_major {
         tensor_map(&args.x, [k, m, x_pitch], [BK, 64])
     } else {
-        tensor_map(&args.x, [m, k, x_pitch], [BM, BK])
+        tensor_map(&args.x, [m, k, x_pitch], [bm, BK])
     });
     kernel_args.tensor_maps.push(if b_k_major {
         tensor_map(&args.w, [n, k, w_pitch], [bn, BK])
@@ -409,7 +445,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         }
     }
     // The bias gradient's partial rows: one per 16 output rows (see the kernel's epilogue).
-    let partial_rows = m.div_ceil(BM) * (BM / 16);
+    let partial_rows = m.div_ceil(bm) * (bm / 16);
     let partials = args.bias_grad.as_ref().map(|_| {
         let like: burn_cubecl_fusion::CubeFusionHandle<R> = args.out.clone().into();
         super::alloc(&like, &[partial_rows, n], DType::F32)
@@ -475,6 +511,40 @@ mod tests {
             "w [k, n] is operand B transposed"
         );
         assert!(source.contains("#define B_K_MAJOR 0"));
+    }
+
+    #[test]
+    fn pingpong_tilings_give_each_consumer_whole_tiles() {
+        let all = || WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS);
+        for tiling in all() {
+            // A cooperative tile is the two consumers' 64 rows; a ping-pong consumer's tiles
+            // alternate over the CTA's persistent walk.
+            let rows_ok = match tiling.pingpong {
+                false => tiling.rows == 128,
+                true => tiling.persistent && matches!(tiling.rows, 64 | 128),
+            };
+            assert!(rows_ok, "{tiling:?}");
+        }
+        let pingpong = all().find(|t| t.pingpong && t.rows == 128).unwrap();
+        let config = KernelConfig {
+            tiling: pingpong,
+            half: Half::Bf16,
+            a_m_major: false,
+            b_k_major: true,
+            activation: Activation::None,
+        };
+        let source = config.source();
+        assert!(source.contains("#define PINGPONG 1\n#define MH 2"));
+        assert!(source.contains("m64n192k16.f32.bf16.bf16"));
+        assert_eq!(
+            pingpong.name(),
+            "wgmma pingpong 128x192 s4 g16 persistent tma-store"
+        );
+        let cooperative = KernelConfig {
+            tiling: WGMMA_TILINGS[0],
+            ..config
+        };
+        assert!(!cooperative.source().contains("#define PINGPONG 1"));
     }
 
     #[test]

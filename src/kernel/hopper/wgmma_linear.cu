@@ -9,6 +9,17 @@
 // `full[s]` completes when TMA has landed stage s, `empty[s]` when both consumers are done
 // reading it.
 //
+// With PINGPONG, each consumer instead owns whole tiles of MH × 64 rows (64 × MH-row wgmmas per
+// k-step), taking every other of the CTA's tiles: the producer fills the ring with both
+// consumers' tiles in turn, and a `turn` mbarrier lets one consumer start its MMAs only once
+// the other has issued its last ones, so that each consumer's epilogue runs under the other's
+// MMAs. For a training step's K = 1024 launches, whose epilogues write `pre` or read the gate,
+// the 128 × 192 ping-pong tile took 8-11% off the cooperative 128 × 256 tile's time (H200).
+// Its mainloop is slower where the epilogue is short, and a 64 × 256 ping-pong tile's is
+// slower still: each stage is then read by one warpgroup instead of two, so shared memory
+// moves a quarter more bytes per MMA, and it is shared memory's bandwidth that bounds the
+// mainloop (a version that loaded half of w per stage ran as fast as the cooperative tile).
+//
 // Shared-memory layouts are the canonical 128-byte-swizzled wgmma layouts that TMA writes with
 // CU_TENSOR_MAP_SWIZZLE_128B: x either K-major ([M, K] storage, one [BM][64] box) or M-major
 // (a transposed view of [K, M] storage, as in a weight gradient xᵀ·dy: two boxes of
@@ -31,7 +42,18 @@
 // A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a multiple of 64 dividing
 // BN; BN without TMA_STORE) and wgmma_step(d, desc_a, desc_b).
 
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
+#if PINGPONG
+// Each consumer owns whole tiles of MH × 64 rows, the two taking turns: one runs its MMAs
+// while the other runs its epilogue.
+#define BM (64 * MH)
+#else
+// The two consumers share each tile, 64 rows each.
+#define MH 1
 #define BM 128
+#endif
 #define BK 64
 #define THREADS 384
 #define A_STAGE_BYTES (BM * BK * 2)
@@ -374,6 +396,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     const u32 empty = full + STAGES * 8;
     // One per consumer: its tile's gate has landed in its staging buffer (TMA_STORE only).
     const u32 gate_full = empty + STAGES * 8;
+    // One per consumer (PINGPONG only): its turn to run MMAs, given by the other consumer once
+    // that one's MMAs are issued.
+    const u32 turn = gate_full + 16;
 
     const u32 tid = threadIdx.x;
     const u32 wg = tid / 128;
@@ -385,10 +410,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     if (tid == 0) {
         for (u32 s = 0; s < STAGES; ++s) {
             mbar_init(full + s * 8, 1);
-            mbar_init(empty + s * 8, 2);
+            // Released by each consumer that reads the stage.
+            mbar_init(empty + s * 8, PINGPONG ? 1 : 2);
         }
         mbar_init(gate_full, 1);
         mbar_init(gate_full + 8, 1);
+        mbar_init(turn, 1);
+        mbar_init(turn + 8, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -410,9 +438,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                     const u32 sb = sa + A_STAGE_BYTES;
                     mbar_expect_tx(full + s * 8, STAGE_BYTES);
 #if A_M_MAJOR
-                    tma_load_2d(sa, &tm_a, full + s * 8, (int)m0, (int)(kt * BK));
-                    tma_load_2d(sa + 64 * BK * 2, &tm_a, full + s * 8, (int)(m0 + 64),
-                                (int)(kt * BK));
+#pragma unroll
+                    for (u32 j = 0; j < BM / 64; ++j) {
+                        tma_load_2d(sa + j * (64 * BK * 2), &tm_a, full + s * 8,
+                                    (int)(m0 + 64 * j), (int)(kt * BK));
+                    }
 #else
                     tma_load_2d(sa, &tm_a, full + s * 8, (int)(kt * BK), (int)m0);
 #endif
@@ -433,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const u32 cw = wg - 1;
         // This consumer's copy of its tile's bias (BN values), after the barriers.
-        ELEM* bias_s = reinterpret_cast<ELEM*>(smem_raw + (gate_full + 16 - raw)) + cw * BN;
+        ELEM* bias_s = reinterpret_cast<ELEM*>(smem_raw + (turn + 16 - raw)) + cw * BN;
         const u32 t128 = tid % 128;
         const u32 warp = t128 / 32;
         const u32 lane = t128 % 32;
@@ -441,17 +471,37 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
         const bool write_pre = (p.flags & 2u) != 0;
         const bool gated = (p.flags & 8u) != 0;
         const bool sum_rows = (p.flags & 16u) != 0;
-        float d[BN / 2];
+        float d[MH][BN / 2];
+#if PINGPONG
+        // Consumer cw takes every other of this CTA's tiles; the producer fills the ring with
+        // both consumers' tiles in turn, so `it` skips the other consumer's k-steps, and this
+        // consumer's MMAs start as the other's end.
+        const u32 first_tile = blockIdx.x + cw * gridDim.x;
+        const u32 tile_step = 2 * gridDim.x;
+        u32 it = cw * k_tiles;
+        // Mainloops run strictly in turn, which also keeps a consumer from waiting on a stage
+        // two phases ahead of the ring (an mbarrier's parity would alias).
+        u32 turns = 0;
+#else
+        const u32 first_tile = blockIdx.x;
+        const u32 tile_step = gridDim.x;
         u32 it = 0;
+#endif
 #if TMA_STORE
         u32 gate_phase = 0; // parity of this consumer's next gate arrival
+        const u32 c_tile = c_base + cw * C_BYTES;
 #endif
-        for (u32 t = blockIdx.x; t < tiles; t += gridDim.x) {
+        for (u32 t = first_tile; t < tiles; t += tile_step) {
             u32 m0, n0;
             tile_origin(t, tiles_m, tiles_n, m0, n0);
+            // This consumer's rows: its half of a shared tile, or the whole of its own.
+            const u32 rows0 = PINGPONG ? m0 : m0 + cw * 64;
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) {
-                d[i] = 0.0f;
+            for (int h = 0; h < MH; ++h) {
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) {
+                    d[h][i] = 0.0f;
+                }
             }
             // Two bias values per thread, loaded now so that their latency hides under the
             // MMAs: loaded in the epilogue, each column group waited on its own load.
@@ -462,33 +512,43 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 bias1 = TO_F32(bias[n0 + 2 * t128 + 1]);
             }
 #if TMA_STORE
-            // The gate's first sub-tile loads into this consumer's staging buffer under the
-            // MMAs, once the previous tile's store has read it out.
-            const u32 c_tile = c_base + cw * C_BYTES;
+            // The gate's first piece loads into this consumer's staging buffer under the MMAs,
+            // once the previous tile's store has read it out.
             if (gated && t128 == 0) {
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-                load_gate(&tm_gate, c_tile, gate_full + cw * 8, m0 + cw * 64, n0);
+                load_gate(&tm_gate, c_tile, gate_full + cw * 8, rows0, n0);
             }
+#endif
+#if PINGPONG
+            if (cw == 1 || turns > 0) {
+                mbar_wait(turn + cw * 8, (turns - (cw == 0)) & 1);
+            }
+            ++turns;
 #endif
             for (u32 kt = 0; kt < k_tiles; ++kt, ++it) {
                 const u32 s = it % STAGES;
                 mbar_wait(full + s * 8, (it / STAGES) & 1);
-                const u32 sa = base + s * STAGE_BYTES + cw * (64 * BK * 2);
+                // Rows 64h.. of the stage's A: this consumer's 64 (cooperative) or its h-th.
+                const u32 sa = base + s * STAGE_BYTES + (PINGPONG ? 0 : cw * (64 * BK * 2));
                 const u32 sb = base + s * STAGE_BYTES + A_STAGE_BYTES;
                 wgmma_fence();
 #pragma unroll
                 for (u32 kk = 0; kk < BK / 16; ++kk) {
-#if A_M_MAJOR
-                    const u64 da = make_desc(sa + kk * (16 * 128), 64 * BK * 2, 1024);
-#else
-                    const u64 da = make_desc(sa + kk * 32, 16, 1024);
-#endif
 #if B_K_MAJOR
                     const u64 db = make_desc(sb + kk * 32, 16, 1024);
 #else
                     const u64 db = make_desc(sb + kk * (16 * 128), 64 * BK * 2, 1024);
 #endif
-                    wgmma_step(d, da, db);
+#pragma unroll
+                    for (u32 h = 0; h < MH; ++h) {
+                        const u32 sah = sa + h * (64 * BK * 2);
+#if A_M_MAJOR
+                        const u64 da = make_desc(sah + kk * (16 * 128), 64 * BK * 2, 1024);
+#else
+                        const u64 da = make_desc(sah + kk * 32, 16, 1024);
+#endif
+                        wgmma_step(d[h], da, db);
+                    }
                 }
                 wgmma_commit();
                 // The previous stage's MMAs are done: hand its buffers back to the producer.
@@ -497,10 +557,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                     mbar_arrive(empty + ((it - 1) % STAGES) * 8);
                 }
             }
+#if PINGPONG
+            // Every stage of this tile has landed: the other consumer's MMAs may start.
+            if (t128 == 0) {
+                mbar_arrive(turn + (1 - cw) * 8);
+            }
+#endif
             wgmma_wait_0();
             if (t128 == 0) {
                 mbar_arrive(empty + ((it - 1) % STAGES) * 8);
             }
+#if PINGPONG
+            it += k_tiles; // the other consumer's next tile
+#endif
 
             // This tile's bias, loaded before its MMAs, goes to shared memory for the epilogue.
             // The barrier before the write also orders it after the previous tile's reads
@@ -518,16 +587,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 *reinterpret_cast<ELEM2*>(bias_s + 2 * t128) = PACK2(bias0, bias1);
             }
             asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
-            const u32 rows = m0 + cw * 64;
+            // The epilogue in pieces of 64 rows × SUB columns: each 64-row half of the
+            // consumer's rows, SUB columns at a time.
 #pragma unroll
-            for (u32 sub = 0; sub < SUBS; ++sub) {
+            for (u32 piece = 0; piece < MH * SUBS; ++piece) {
+                const u32 h = piece / SUBS;
+                const u32 sub = piece % SUBS;
+                const u32 rows = rows0 + h * 64;
                 const u32 cols = n0 + sub * SUB;
 #if !TMA_STORE
                 (void)cols;
 #else
-                if (sub > 0) {
-                    // The previous sub-tile's store has read the staging buffer out; the gate's
-                    // next sub-tile (if any) loads into it.
+                if (piece > 0) {
+                    // The previous piece's store has read the staging buffer out; the gate's
+                    // next piece (if any) loads into it.
                     if (t128 == 0) {
                         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                         if (gated) {
@@ -539,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 if (write_pre) {
                     // pre first, through the staging buffer; the activation reuses it once the
                     // store has read it out.
-                    stage_pre(d, bias_s, warp, lane, c_tile, sub);
+                    stage_pre(d[h], bias_s, warp, lane, c_tile, sub);
                     store_staged(&tm_pre, c_tile, rows, cols, cw, t128);
                     if (t128 == 0) {
                         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
@@ -552,16 +625,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 }
 #endif
                 if (gated && sum_rows) {
-                    epilogue<true, true>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                    epilogue<true, true>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
                                          row_sums, p, write_pre, c_tile, sub);
                 } else if (gated) {
-                    epilogue<true, false>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                    epilogue<true, false>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
                                           row_sums, p, write_pre, c_tile, sub);
                 } else if (sum_rows) {
-                    epilogue<false, true>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                    epilogue<false, true>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
                                           row_sums, p, write_pre, c_tile, sub);
                 } else {
-                    epilogue<false, false>(d, bias_s, rows, n0, warp, lane, out, pre, gate,
+                    epilogue<false, false>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
                                            row_sums, p, write_pre, c_tile, sub);
                 }
 #if TMA_STORE
