@@ -108,7 +108,7 @@ impl WgmmaTiling {
 /// The ping-pong 128 × 192 tiling is for epilogue-heavy launches (small k, `pre` written, or
 /// relu's backward gate read): each consumer's epilogue runs under the other's MMAs. Its
 /// 128 × 192 tile keeps shared-memory traffic per MMA near the cooperative 128 × 256 tile's,
-/// which a 64 × 256 ping-pong tile raises by a quarter (`benches/results/nvidia-h100-kernel.md`).
+/// which a 64 × 256 ping-pong tile raises by a quarter (`benches/results/nvidia-h200-kernel.md`).
 pub const WGMMA_TILINGS: [WgmmaTiling; 4] = [
     tiling(256, 4, 16, true, true, 128),
     tiling(256, 4, 1, false, false, 256),
