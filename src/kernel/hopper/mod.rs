@@ -494,16 +494,20 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
 mod tests {
     use super::*;
 
-    #[test]
-    fn source_has_one_operand_per_accumulator() {
-        let config = KernelConfig {
-            tiling: WGMMA_TILINGS[0],
+    /// A bf16 configuration with `x` row-major.
+    fn bf16_config(tiling: WgmmaTiling, b_k_major: bool, activation: Activation) -> KernelConfig {
+        KernelConfig {
+            tiling,
             half: Half::Bf16,
             a_m_major: false,
-            b_k_major: false,
-            activation: Activation::Relu,
-        };
-        let source = config.source();
+            b_k_major,
+            activation,
+        }
+    }
+
+    #[test]
+    fn source_has_one_operand_per_accumulator() {
+        let source = bf16_config(WGMMA_TILINGS[0], false, Activation::Relu).source();
         assert!(source.contains("m64n256k16.f32.bf16.bf16"));
         assert!(source.contains("\"+f\"(d[127])") && !source.contains("\"+f\"(d[128])"));
         assert!(
@@ -526,24 +530,14 @@ mod tests {
             assert!(rows_ok, "{tiling:?}");
         }
         let pingpong = all().find(|t| t.pingpong && t.rows == 128).unwrap();
-        let config = KernelConfig {
-            tiling: pingpong,
-            half: Half::Bf16,
-            a_m_major: false,
-            b_k_major: true,
-            activation: Activation::None,
-        };
-        let source = config.source();
+        let source = bf16_config(pingpong, true, Activation::None).source();
         assert!(source.contains("#define PINGPONG 1\n#define MH 2"));
         assert!(source.contains("m64n192k16.f32.bf16.bf16"));
         assert_eq!(
             pingpong.name(),
             "wgmma pingpong 128x192 s4 g16 persistent tma-store"
         );
-        let cooperative = KernelConfig {
-            tiling: WGMMA_TILINGS[0],
-            ..config
-        };
+        let cooperative = bf16_config(WGMMA_TILINGS[0], true, Activation::None);
         assert!(!cooperative.source().contains("#define PINGPONG 1"));
     }
 
