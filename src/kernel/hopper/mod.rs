@@ -94,6 +94,15 @@ impl WgmmaTiling {
         // its turn), and each consumer's copy of its tile's bias (16-bit).
         1024 + self.stages as usize * (stage + 16) + 32 + staging + 2 * self.bn as usize * 2
     }
+
+    /// This tiling with each consumer on tiles of its own, `rows` (64 or 128) × `bn`.
+    const fn pingpong(self, rows: u32) -> Self {
+        WgmmaTiling {
+            rows,
+            pingpong: true,
+            ..self
+        }
+    }
 }
 
 /// The tilings the engine tunes over: wide tiles for large problems, narrow ones so that
@@ -142,17 +151,6 @@ const fn tiling(
         persistent,
         tma_store,
         store_cols,
-    }
-}
-
-impl WgmmaTiling {
-    /// This tiling with each consumer on tiles of its own, `rows` (64 or 128) × `bn`.
-    const fn pingpong(self, rows: u32) -> Self {
-        WgmmaTiling {
-            rows,
-            pingpong: true,
-            ..self
-        }
     }
 }
 

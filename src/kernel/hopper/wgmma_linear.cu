@@ -40,7 +40,8 @@
 //
 // Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, BN, STAGES, GROUP_M,
 // A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a multiple of 64 dividing
-// BN; BN without TMA_STORE) and wgmma_step(d, desc_a, desc_b).
+// BN; BN without TMA_STORE) and wgmma_step(d, desc_a, desc_b); for ping-pong tilings also
+// PINGPONG 1 and MH (64-row halves of a consumer's tile).
 
 #ifndef PINGPONG
 #define PINGPONG 0
