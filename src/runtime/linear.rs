@@ -2,7 +2,7 @@
 
 use super::HypatiaRuntime;
 use super::chain::{ChainRun, run_chain};
-use super::race::{Alternative, AlternativeState, ShapeKey, Side, Turn, settle};
+use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
 use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
 use crate::fallback::{
     FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused,
@@ -283,6 +283,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
 /// A step's race at this execution: its real shape, its turn, and the device to time on.
 struct RaceRun<R: CubeRuntime> {
     key: ShapeKey,
+    signature: Signature,
     turn: Turn,
     pattern: &'static str,
     /// The device, when the run is timed.
@@ -307,11 +308,16 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let [x, w] = [fused.x, fused.w].map(|r| {
             (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
         });
-        let client = &context.handles.get_handle_ref(&x.id)?.client;
-        let key = ShapeKey::new(&x.shape, &w.shape)?;
-        let turn = alternative.turn(&key, client, x.dtype)?;
+        let x_handle = context.handles.get_handle_ref(&x.id)?;
+        // A weight made by the step's own views has no handle yet: its shape keys it.
+        let w_strides = (context.handles.get_handle_ref(&w.id)).map_or(&[][..], |h| &h.strides);
+        let key = ShapeKey::new(&x.shape, &w.shape, &x_handle.strides, w_strides)?;
+        let signature = Signature::of(fused, x.dtype);
+        let client = &x_handle.client;
+        let turn = alternative.turn(&key, signature, &self.device_key, client)?;
         Some(RaceRun {
             key,
+            signature,
             turn,
             pattern: fused.pattern(),
             client: turn.timed.then(|| client.clone()),
@@ -339,12 +345,14 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         }
         let elapsed =
             (race.client.as_ref().zip(start)).map(|(client, start)| settle(client) - start);
+        let device = &self.device_key;
         let decided = race
             .turn
             .counts
             .then(|| {
-                self.alternative(index)
-                    .record(&race.key, race.turn, elapsed)
+                let alternative = self.alternatives[index].as_mut();
+                let alternative = alternative.expect("a racing step has an alternative");
+                alternative.record(&race.key, race.signature, device, race.turn, elapsed)
             })
             .flatten();
         if let Some((winner, [hypatia, burn])) = decided {

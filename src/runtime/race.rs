@@ -20,11 +20,21 @@
 //! [`SAMPLES`] times each, alternately, between device syncs; the faster by its best time runs
 //! that shape from then on. Every run computes the step's real outputs, so the race costs a few
 //! syncs per shape and nothing else.
+//!
+//! A race is the process's, not a step's: every step with the same [`Signature`] at the same
+//! real shapes and strides on one device, in any plan, takes its turns in one race and keeps
+//! its winner. A batch of equal Linears, which burn-fusion cuts into windows of a few steps
+//! each and so into several plans, is decided within its first eight steps; raced step by step,
+//! each of its steps would run Burn's side four times before deciding (on an H100 at
+//! 8192×4096×4096, `benches/results/nvidia-h100.md`, that made the first five batches 0.65 ms
+//! a launch instead of 0.39).
 
 use super::{HypatiaRuntime, execute_burn_at};
 use crate::fallback::run_unfused;
-use crate::kernel::{ExecutionPolicy, RacePolicy, execution_policy, has_matrix_units, race_policy};
-use crate::plan::{Plan, Step};
+use crate::kernel::{
+    Epilogue, ExecutionPolicy, RacePolicy, execution_policy, has_matrix_units, race_policy,
+};
+use crate::plan::{FusedLinear, Plan, Step};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
@@ -36,6 +46,7 @@ use burn_ir::{FloatOperationIr, OperationIr};
 use cubecl::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 /// Timed runs of each side per shape, after one warm-up run each.
@@ -72,11 +83,13 @@ impl Turn {
     }
 }
 
-/// Most dimensions a [`ShapeKey`] holds (x's and w's together); a step with more does not race.
-const MAX_KEY: usize = 15;
+/// Most values a [`ShapeKey`] holds (x's and w's dims and strides together); a step with more
+/// does not race.
+const MAX_KEY: usize = 24;
 
-/// A step's real shape: x's rank, x's dims, then w's dims. Built on every execution of a racing
-/// step, so it lives on the stack; the race table allocates a copy once per new shape.
+/// A step's real shapes and strides: x's rank, x's dims, w's dims, then x's and w's strides.
+/// Built on every execution of a racing step, so it lives on the stack; a race table allocates
+/// a copy once per new shape.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ShapeKey {
     dims: [usize; MAX_KEY + 1],
@@ -84,16 +97,17 @@ pub struct ShapeKey {
 }
 
 impl ShapeKey {
-    /// The key of `x · w`, if its dimensions fit.
-    pub fn new(x: &[usize], w: &[usize]) -> Option<Self> {
-        let len = 1 + x.len() + w.len();
+    /// The key of `x · w` with these strides, if its values fit.
+    pub fn new(x: &[usize], w: &[usize], x_strides: &[usize], w_strides: &[usize]) -> Option<Self> {
+        let len = 1 + x.len() + w.len() + x_strides.len() + w_strides.len();
         if len > MAX_KEY + 1 {
             return None;
         }
         let mut dims = [0; MAX_KEY + 1];
         dims[0] = x.len();
-        for (slot, &dim) in dims[1..].iter_mut().zip(x.iter().chain(w)) {
-            *slot = dim;
+        let values = x.iter().chain(w).chain(x_strides).chain(w_strides);
+        for (slot, &value) in dims[1..].iter_mut().zip(values) {
+            *slot = value;
         }
         Some(Self { dims, len })
     }
@@ -101,6 +115,55 @@ impl ShapeKey {
     fn as_slice(&self) -> &[usize] {
         &self.dims[..self.len]
     }
+}
+
+/// What makes two fused steps run the same computation, apart from their real shapes: what
+/// the kernel reads, applies and writes, the ops it replaces, and the dtype. Steps with equal
+/// signatures share their races (see the module's docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Signature {
+    epilogue: Epilogue,
+    /// Bias, gate, pre-activation output.
+    operands: [bool; 3],
+    /// The bias gradient it also produces: `Some(of_rhs)`.
+    bias_grad: Option<bool>,
+    ops: usize,
+    dtype: DType,
+}
+
+impl Signature {
+    /// The signature of `step` running in `dtype`.
+    pub fn of(step: &FusedLinear, dtype: DType) -> Self {
+        Self {
+            epilogue: step.epilogue,
+            operands: [step.bias.is_some(), step.gate.is_some(), step.pre.is_some()],
+            bias_grad: step.bias_grad.as_ref().map(|grad| grad.of_rhs),
+            ops: step.ops.len(),
+            dtype,
+        }
+    }
+}
+
+/// One race of the process: a device, a step signature, Burn's side's form (ops before the
+/// matmul, and whether Burn's fused matmul or its matmul op runs it), real shapes and strides.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RaceKey {
+    device: String,
+    signature: Signature,
+    prefix: usize,
+    burn_fused: bool,
+    shape: Vec<usize>,
+}
+
+/// Every race of the process, decided or not.
+static RACES: LazyLock<Mutex<HashMap<RaceKey, Race>>> = LazyLock::new(Default::default);
+
+/// The race table, even if a thread panicked while holding it (a race is only a choice between
+/// two correct sides).
+fn races() -> std::sync::MutexGuard<'static, HashMap<RaceKey, Race>> {
+    RACES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl core::fmt::Debug for ShapeKey {
@@ -178,7 +241,9 @@ pub struct Alternative<R: CubeRuntime> {
     /// Block index of the step's matmul, which Burn's optimization runs alone when its own
     /// autotune prefers its unfused path.
     first_op: usize,
-    races: HashMap<Vec<usize>, Race>,
+    /// The winners of the races this step has seen decided, by real shape: looked up without
+    /// the process's lock.
+    decided: HashMap<Vec<usize>, Side>,
     /// Whether the device has matrix units for the step's dtype (asked once).
     matrix_units: Option<bool>,
 }
@@ -225,7 +290,7 @@ impl<R: CubeRuntime> Alternative<R> {
             optimization,
             prefix: prefix.to_vec(),
             first_op: fused[0],
-            races: HashMap::new(),
+            decided: HashMap::new(),
             matrix_units: None,
         })
     }
@@ -246,18 +311,30 @@ impl<R: CubeRuntime> Alternative<R> {
                 .map(|state| MatmulOptimization::from_state(device, state)),
             prefix: state.prefix,
             first_op: state.first_op,
-            races: HashMap::new(),
+            decided: HashMap::new(),
             matrix_units: None,
         }
     }
 
-    /// This execution's turn at real shape `key` of a step of `dtype` on `client`'s device, if
-    /// the step races under the current policies.
+    /// The process's race this step takes part in at real shape `key`.
+    fn race_key(&self, key: &ShapeKey, signature: Signature, device: &str) -> RaceKey {
+        RaceKey {
+            device: device.to_owned(),
+            signature,
+            prefix: self.prefix.len(),
+            burn_fused: self.optimization.is_some(),
+            shape: key.as_slice().to_vec(),
+        }
+    }
+
+    /// This execution's turn at real shape `key` of a step with `signature` on `client`'s
+    /// device (`device` names it), if the step races under the current policies.
     pub fn turn<C: Runtime>(
         &mut self,
         key: &ShapeKey,
+        signature: Signature,
+        device: &str,
         client: &ComputeClient<C>,
-        dtype: DType,
     ) -> Option<Turn> {
         match race_policy() {
             RacePolicy::Never => return None,
@@ -266,20 +343,29 @@ impl<R: CubeRuntime> Alternative<R> {
             RacePolicy::Auto => {
                 let units = *self
                     .matrix_units
-                    .get_or_insert_with(|| has_matrix_units(client, dtype));
+                    .get_or_insert_with(|| has_matrix_units(client, signature.dtype));
                 if execution_policy() != ExecutionPolicy::Auto || !units {
                     return None;
                 }
             }
         }
-        Some(self.races.get(key.as_slice()).map_or(
+        if let Some(&side) = self.decided.get(key.as_slice()) {
+            return Some(Turn::settled(side));
+        }
+        let race_key = self.race_key(key, signature, device);
+        let turn = races().get(&race_key).map_or(
             Turn {
                 side: Side::Hypatia,
                 timed: false,
                 counts: true,
             },
             Race::turn,
-        ))
+        );
+        if !turn.counts {
+            // Decided by another step: remember it here.
+            self.decided.insert(race_key.shape, turn.side);
+        }
+        Some(turn)
     }
 
     /// Counts a run at `key` that [`Turn::counts`]; returns the winner when this run decided,
@@ -287,14 +373,17 @@ impl<R: CubeRuntime> Alternative<R> {
     pub fn record(
         &mut self,
         key: &ShapeKey,
+        signature: Signature,
+        device: &str,
         turn: Turn,
         elapsed: Option<Duration>,
     ) -> Option<(Side, [f64; 2])> {
-        if !self.races.contains_key(key.as_slice()) {
-            self.races.insert(key.as_slice().to_vec(), Race::default());
-        }
-        let race = self.races.get_mut(key.as_slice())?;
-        race.record(turn, elapsed).map(|side| (side, race.micros()))
+        let race_key = self.race_key(key, signature, device);
+        let mut races = races();
+        let race = races.entry(race_key).or_default();
+        let winner = race.record(turn, elapsed)?;
+        self.decided.insert(key.as_slice().to_vec(), winner);
+        Some((winner, race.micros()))
     }
 
     /// Runs the step's ops as Burn would: the ops before its matmul, then Burn's optimization

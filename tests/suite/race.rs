@@ -141,6 +141,71 @@ fn a_race_decides_each_real_shape_once() {
     }
 }
 
+/// Equal Linears queued before one read, which burn-fusion takes a few to a window (a plan of
+/// several steps, and plans of other lengths at the batch's ends), take their turns in one
+/// race: it is decided once, within the first `2 + 2 * SAMPLES` of them, and the later ones
+/// run the winner without timing.
+#[test]
+fn equal_steps_share_one_race() {
+    let _race = RaceGuard::set(RacePolicy::Always);
+    let (m, k, n) = (13, 29, 43);
+    let launches = 2 + 2 * SAMPLES as usize + 6;
+    let w = data(50, &[k, n], 0.2);
+    let b = data(51, &[n], 1.0);
+    let xs: Vec<_> = (0..launches)
+        .map(|i| data(52 + i as u64, &[m, k], 1.0))
+        .collect();
+    let device = Default::default();
+    let plain: Vec<_> = (xs.iter())
+        .map(|x| {
+            let (x, w, b) = inputs::<Plain>(x, &w, &b);
+            relu(linear(x, w, Some(b))).into_data()
+        })
+        .collect();
+    // Every input uploaded first (an upload ends a window), then every launch queued before
+    // the first read.
+    let run = |count: usize| {
+        let (_, w, b) = inputs::<Fused>(&xs[0], &w, &b);
+        let xs: Vec<_> = (xs[..count].iter())
+            .map(|x| Tensor::<Fused, 2>::from_data(x.clone(), &device))
+            .collect();
+        let queued: Vec<_> = (xs.into_iter())
+            .map(|x| relu(linear(x, w.clone(), Some(b.clone()))))
+            .collect();
+        for (f, p) in queued.into_iter().zip(&plain) {
+            assert_close(&f.into_data(), p, burn_tolerance(DType::F32));
+        }
+    };
+    let before = counters("linear-relu");
+    run(launches);
+    let [hypatia, burn, raced] = delta(before, "linear-relu");
+    assert_eq!(raced, 1, "one race for {launches} equal steps");
+    assert_eq!(hypatia + burn, launches as u64, "one side ran each step");
+    assert!(
+        hypatia > SAMPLES as u64 && burn > SAMPLES as u64,
+        "both sides ran their turns: {hypatia} {burn}"
+    );
+    // The next batch finds the race decided: none of its steps counts towards a race.
+    let racing = || hypatia::stats(&device).patterns["linear-relu"].racing;
+    let before = racing();
+    run(5);
+    assert_eq!(racing(), before, "a decided race runs its winner untimed");
+}
+
+/// `x`, `w` and `b` on backend `B`.
+fn inputs<B: Backend>(
+    x: &TensorData,
+    w: &TensorData,
+    b: &TensorData,
+) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 1>) {
+    let device = Default::default();
+    (
+        Tensor::from_data(x.clone(), &device),
+        Tensor::from_data(w.clone(), &device),
+        Tensor::from_data(b.clone(), &device),
+    )
+}
+
 /// Training steps race too (the forward's Linear+ReLU, the backward's gated matmul and weight
 /// gradients): under `Autodiff`, gradients equal Burn's whichever side ran.
 #[test]
