@@ -144,22 +144,25 @@ fn a_race_decides_each_real_shape_once() {
 /// Equal Linears queued before one read, which burn-fusion takes a few to a window (a plan of
 /// several steps, and plans of other lengths at the batch's ends), take their turns in one
 /// race: it is decided once, within the first `2 + 2 * SAMPLES` of them, and the later ones
-/// run the winner without timing.
+/// run the winner without timing. Linears of another form (here without bias, interleaved
+/// with them) are another computation: they race on their own.
 #[test]
 fn equal_steps_share_one_race() {
     let _race = RaceGuard::set(RacePolicy::Always);
     let (m, k, n) = (13, 29, 43);
-    let launches = 2 + 2 * SAMPLES as usize + 6;
+    // Each form gets a race's runs and then some.
+    let launches = 2 * (2 + 2 * SAMPLES as usize + 3);
     let w = data(50, &[k, n], 0.2);
     let b = data(51, &[n], 1.0);
     let xs: Vec<_> = (0..launches)
         .map(|i| data(52 + i as u64, &[m, k], 1.0))
         .collect();
+    let with_bias = |i: usize| i.is_multiple_of(2);
     let device = Default::default();
-    let plain: Vec<_> = (xs.iter())
-        .map(|x| {
+    let plain: Vec<_> = (xs.iter().enumerate())
+        .map(|(i, x)| {
             let (x, w, b) = inputs::<Plain>(x, &w, &b);
-            relu(linear(x, w, Some(b))).into_data()
+            relu(linear(x, w, with_bias(i).then_some(b))).into_data()
         })
         .collect();
     // Every input uploaded first (an upload ends a window), then every launch queued before
@@ -169,8 +172,8 @@ fn equal_steps_share_one_race() {
         let xs: Vec<_> = (xs[..count].iter())
             .map(|x| Tensor::<Fused, 2>::from_data(x.clone(), &device))
             .collect();
-        let queued: Vec<_> = (xs.into_iter())
-            .map(|x| relu(linear(x, w.clone(), Some(b.clone()))))
+        let queued: Vec<_> = (xs.into_iter().enumerate())
+            .map(|(i, x)| relu(linear(x, w.clone(), with_bias(i).then(|| b.clone()))))
             .collect();
         for (f, p) in queued.into_iter().zip(&plain) {
             assert_close(&f.into_data(), p, burn_tolerance(DType::F32));
@@ -179,16 +182,19 @@ fn equal_steps_share_one_race() {
     let before = counters("linear-relu");
     run(launches);
     let [hypatia, burn, raced] = delta(before, "linear-relu");
-    assert_eq!(raced, 1, "one race for {launches} equal steps");
+    assert_eq!(
+        raced, 2,
+        "one race per form for {launches} steps of two forms"
+    );
     assert_eq!(hypatia + burn, launches as u64, "one side ran each step");
     assert!(
-        hypatia > SAMPLES as u64 && burn > SAMPLES as u64,
+        hypatia > 2 * SAMPLES as u64 && burn > 2 * SAMPLES as u64,
         "both sides ran their turns: {hypatia} {burn}"
     );
-    // The next batch finds the race decided: none of its steps counts towards a race.
+    // The next batch finds both races decided: none of its steps counts towards a race.
     let racing = || hypatia::stats(&device).patterns["linear-relu"].racing;
     let before = racing();
-    run(5);
+    run(6);
     assert_eq!(racing(), before, "a decided race runs its winner untimed");
 }
 
