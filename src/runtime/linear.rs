@@ -314,7 +314,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let key = ShapeKey::new(&x.shape, &w.shape, &x_handle.strides, w_strides)?;
         let signature = Signature::of(fused, x.dtype);
         let client = &x_handle.client;
-        let turn = alternative.turn(&key, signature, &self.device_key, client)?;
+        let turn = alternative.turn(&key, signature, client)?;
         Some(RaceRun {
             key,
             signature,
@@ -345,14 +345,12 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         }
         let elapsed =
             (race.client.as_ref().zip(start)).map(|(client, start)| settle(client) - start);
-        let device = &self.device_key;
         let decided = race
             .turn
             .counts
             .then(|| {
-                let alternative = self.alternatives[index].as_mut();
-                let alternative = alternative.expect("a racing step has an alternative");
-                alternative.record(&race.key, race.signature, device, race.turn, elapsed)
+                self.alternative(index)
+                    .record(&race.key, race.signature, race.turn, elapsed)
             })
             .flatten();
         if let Some((winner, [hypatia, burn])) = decided {

@@ -246,6 +246,8 @@ pub struct Alternative<R: CubeRuntime> {
     decided: HashMap<Vec<usize>, Side>,
     /// Whether the device has matrix units for the step's dtype (asked once).
     matrix_units: Option<bool>,
+    /// The device's name in the process's race table.
+    device_key: String,
 }
 
 /// Serialisable form of an [`Alternative`].
@@ -292,6 +294,7 @@ impl<R: CubeRuntime> Alternative<R> {
             first_op: fused[0],
             decided: HashMap::new(),
             matrix_units: None,
+            device_key: crate::stats::device_key(device),
         })
     }
 
@@ -313,13 +316,14 @@ impl<R: CubeRuntime> Alternative<R> {
             first_op: state.first_op,
             decided: HashMap::new(),
             matrix_units: None,
+            device_key: crate::stats::device_key(device),
         }
     }
 
     /// The process's race this step takes part in at real shape `key`.
-    fn race_key(&self, key: &ShapeKey, signature: Signature, device: &str) -> RaceKey {
+    fn race_key(&self, key: &ShapeKey, signature: Signature) -> RaceKey {
         RaceKey {
-            device: device.to_owned(),
+            device: self.device_key.clone(),
             signature,
             prefix: self.prefix.len(),
             burn_fused: self.optimization.is_some(),
@@ -328,12 +332,11 @@ impl<R: CubeRuntime> Alternative<R> {
     }
 
     /// This execution's turn at real shape `key` of a step with `signature` on `client`'s
-    /// device (`device` names it), if the step races under the current policies.
+    /// device, if the step races under the current policies.
     pub fn turn<C: Runtime>(
         &mut self,
         key: &ShapeKey,
         signature: Signature,
-        device: &str,
         client: &ComputeClient<C>,
     ) -> Option<Turn> {
         match race_policy() {
@@ -352,7 +355,7 @@ impl<R: CubeRuntime> Alternative<R> {
         if let Some(&side) = self.decided.get(key.as_slice()) {
             return Some(Turn::settled(side));
         }
-        let race_key = self.race_key(key, signature, device);
+        let race_key = self.race_key(key, signature);
         let turn = races().get(&race_key).map_or(
             Turn {
                 side: Side::Hypatia,
@@ -374,11 +377,10 @@ impl<R: CubeRuntime> Alternative<R> {
         &mut self,
         key: &ShapeKey,
         signature: Signature,
-        device: &str,
         turn: Turn,
         elapsed: Option<Duration>,
     ) -> Option<(Side, [f64; 2])> {
-        let race_key = self.race_key(key, signature, device);
+        let race_key = self.race_key(key, signature);
         let mut races = races();
         let race = races.entry(race_key).or_default();
         let winner = race.record(turn, elapsed)?;
