@@ -166,13 +166,29 @@ pub fn print_stats(device: &burn::tensor::Device<B>) {
     let stats = hypatia::stats(device);
     println!("\nHypatia fusion stats");
     println!(
-        "{:<17} {:>8} {:>9} {:>12} {:>6} {:>11}  fallbacks",
-        "pattern", "matched", "executed", "tensor-core", "split", "bias grads"
+        "{:<17} {:>8} {:>9} {:>12} {:>6} {:>11} {:>7} {:>11}  fallbacks",
+        "pattern",
+        "matched",
+        "executed",
+        "tensor-core",
+        "split",
+        "bias grads",
+        "raced",
+        "burn's side"
     );
+    // `raced`: real shapes timed against Burn's fused matmul; `burn's side`: steps it ran
+    // because it measured faster there (or while racing).
     for (name, p) in &stats.patterns {
         println!(
-            "{name:<17} {:>8} {:>9} {:>12} {:>6} {:>11}  {:?}",
-            p.matched, p.executed, p.tensor_core, p.split, p.bias_grads, p.fallbacks
+            "{name:<17} {:>8} {:>9} {:>12} {:>6} {:>11} {:>7} {:>11}  {:?}",
+            p.matched,
+            p.executed,
+            p.tensor_core,
+            p.split,
+            p.bias_grads,
+            p.raced,
+            p.burn_fused,
+            p.fallbacks
         );
     }
     println!("declined windows: {:?}", stats.declined);

@@ -3,6 +3,7 @@
 //! burn-fusion's plan store, shared by the process, hands each a fresh optimization.
 
 use super::{Fault, VerifyMode, inject_fault, set_verify_mode};
+use crate::kernel::{RacePolicy, set_race_policy};
 use burn::backend::Wgpu;
 use burn::backend::wgpu::WgpuDevice;
 use burn::prelude::*;
@@ -10,13 +11,23 @@ use burn::tensor::activation::relu;
 
 type Fused = crate::Hypatia<Wgpu>;
 
-/// Restores no fault and verify mode off, even when an assertion fails.
+/// Keeps each step on Hypatia's kernel (no race against Burn's fused matmul, whose turns would
+/// run Burn's side for some executions), then restores no fault, verify mode off and the
+/// default race policy, even when an assertion fails.
 struct Reset;
+
+impl Reset {
+    fn new() -> Self {
+        set_race_policy(RacePolicy::Never);
+        Self
+    }
+}
 
 impl Drop for Reset {
     fn drop(&mut self) {
         inject_fault(Fault::None);
         set_verify_mode(VerifyMode::Off);
+        set_race_policy(RacePolicy::Auto);
     }
 }
 
@@ -64,7 +75,7 @@ fn fused_runs() -> u64 {
 
 #[test]
 fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
-    let _reset = Reset;
+    let _reset = Reset::new();
     let (before, runs) = (fallbacks("launch-failed"), fused_runs());
     inject_fault(Fault::Launch);
     let fused = linear_relu::<Fused, 3>([3, 5, 7], 4).into_data();
@@ -84,7 +95,7 @@ fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
 
 #[test]
 fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
-    let _reset = Reset;
+    let _reset = Reset::new();
     let before = fallbacks("verify-mismatch");
     set_verify_mode(VerifyMode::Strict);
     inject_fault(Fault::WrongResult);
@@ -108,7 +119,7 @@ fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
 
 #[test]
 fn strict_verify_fails_the_next_sync() {
-    let _reset = Reset;
+    let _reset = Reset::new();
     set_verify_mode(VerifyMode::Strict);
     inject_fault(Fault::WrongResult);
     let y = linear_relu::<Fused, 2>([9, 4], 4);
@@ -122,7 +133,7 @@ fn strict_verify_fails_the_next_sync() {
 
 #[test]
 fn warn_verify_falls_back_without_an_error() {
-    let _reset = Reset;
+    let _reset = Reset::new();
     let before = fallbacks("verify-mismatch");
     set_verify_mode(VerifyMode::Warn);
     inject_fault(Fault::WrongResult);
@@ -133,7 +144,7 @@ fn warn_verify_falls_back_without_an_error() {
 
 #[test]
 fn verify_accepts_the_real_kernel() {
-    let _reset = Reset;
+    let _reset = Reset::new();
     let stats = || crate::stats(&WgpuDevice::default());
     let verified = |s: crate::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.verified);
     let (before, runs) = (verified(stats()), fused_runs());

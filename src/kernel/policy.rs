@@ -5,7 +5,8 @@
 //! most integrated GPUs) gets. Where the device has matrix units for the dtype, the step runs on
 //! the [tensor-core engine](super::tensor_core), which autotunes per problem over the tiled
 //! kernel, Burn's own matmul, cubek-matmul tilings and (on Hopper) Hypatia's `wgmma` kernel, so
-//! the choice is measured, never assumed.
+//! the choice is measured, never assumed. On every device a step whose ops Burn's fused matmul
+//! could run also races it ([`RacePolicy`]): on lavapipe that hands most shapes to Burn.
 
 use super::chain::ChainProblem;
 use super::{Epilogue, LinearProblem, Profile};
@@ -191,11 +192,12 @@ pub fn choose_chain<R: Runtime>(chain: &ChainProblem, client: &ComputeClient<R>)
 /// runs the faster from then on (see `runtime::race`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RacePolicy {
-    /// Race where the step runs on the tensor-core engine (the device has matrix units for the
-    /// dtype and no execution is forced): there Hypatia replaces Burn's matmul, and there the
-    /// never-slower promise is measured (the default).
+    /// Race wherever no execution is forced, on every device: Hypatia's kernel replaces Burn's
+    /// matmul there, so there the never-slower promise is measured (the default). On a CPU
+    /// through lavapipe, where no Hypatia kernel beats Burn's fused matmul, this hands those
+    /// steps to Burn (`benches/results/lavapipe.md`).
     Auto,
-    /// Race every step that has Burn's alternative, whatever the device.
+    /// Race every step that has Burn's alternative, also under a forced execution policy.
     Always,
     /// Always run Burn's alternative where a step has one (benchmarks, tests).
     Burn,

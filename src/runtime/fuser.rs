@@ -118,10 +118,10 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         let forced = execution_policy() != ExecutionPolicy::Auto;
         let options = PlanOptions {
             plain_matmuls: (self.matrix_units || forced) && !disabled("matmul"),
-            // Where the engine runs (it autotunes over Burn's matmul too, so the kernel is
-            // never slower). Claiming the last Linear of an MLP lets a claim cover the whole
-            // forward, which burn-fusion then replays at each sync instead of exploring again.
-            linears: (self.matrix_units || forced) && !disabled("linear"),
+            // On every device: its race against Burn's fused matmul keeps it never slower.
+            // Claiming the last Linear of an MLP lets a claim cover the whole forward, which
+            // burn-fusion then replays at each sync instead of exploring again.
+            linears: !disabled("linear"),
             relu_grads: !disabled("matmul-relu-grad"),
             linear_relus: !disabled("linear-relu"),
             activations: !disabled("linear-activations"),

@@ -313,14 +313,13 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let w_strides = (context.handles.get_handle_ref(&w.id)).map_or(&[][..], |h| &h.strides);
         let key = ShapeKey::new(&x.shape, &w.shape, &x_handle.strides, w_strides)?;
         let signature = Signature::of(fused, x.dtype);
-        let client = &x_handle.client;
-        let turn = alternative.turn(&key, signature, client)?;
+        let turn = alternative.turn(&key, signature)?;
         Some(RaceRun {
             key,
             signature,
             turn,
             pattern: fused.pattern(),
-            client: turn.timed.then(|| client.clone()),
+            client: turn.timed.then(|| x_handle.client.clone()),
         })
     }
 

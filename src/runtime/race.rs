@@ -31,9 +31,7 @@
 
 use super::{HypatiaRuntime, execute_burn_at};
 use crate::fallback::run_unfused;
-use crate::kernel::{
-    Epilogue, ExecutionPolicy, RacePolicy, execution_policy, has_matrix_units, race_policy,
-};
+use crate::kernel::{Epilogue, ExecutionPolicy, RacePolicy, execution_policy, race_policy};
 use crate::plan::{FusedLinear, Plan, Step};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -244,8 +242,6 @@ pub struct Alternative<R: CubeRuntime> {
     /// The winners of the races this step has seen decided, by real shape: looked up without
     /// the process's lock.
     decided: HashMap<Vec<usize>, Side>,
-    /// Whether the device has matrix units for the step's dtype (asked once).
-    matrix_units: Option<bool>,
     /// The device's name in the process's race table.
     device_key: String,
 }
@@ -293,7 +289,6 @@ impl<R: CubeRuntime> Alternative<R> {
             prefix: prefix.to_vec(),
             first_op: fused[0],
             decided: HashMap::new(),
-            matrix_units: None,
             device_key: crate::stats::device_key(device),
         })
     }
@@ -315,7 +310,6 @@ impl<R: CubeRuntime> Alternative<R> {
             prefix: state.prefix,
             first_op: state.first_op,
             decided: HashMap::new(),
-            matrix_units: None,
             device_key: crate::stats::device_key(device),
         }
     }
@@ -331,23 +325,15 @@ impl<R: CubeRuntime> Alternative<R> {
         }
     }
 
-    /// This execution's turn at real shape `key` of a step with `signature` on `client`'s
-    /// device, if the step races under the current policies.
-    pub fn turn<C: Runtime>(
-        &mut self,
-        key: &ShapeKey,
-        signature: Signature,
-        client: &ComputeClient<C>,
-    ) -> Option<Turn> {
+    /// This execution's turn at real shape `key` of a step with `signature`, if the step races
+    /// under the current policies.
+    pub fn turn(&mut self, key: &ShapeKey, signature: Signature) -> Option<Turn> {
         match race_policy() {
             RacePolicy::Never => return None,
             RacePolicy::Burn => return Some(Turn::settled(Side::Burn)),
             RacePolicy::Always => {}
             RacePolicy::Auto => {
-                let units = *self
-                    .matrix_units
-                    .get_or_insert_with(|| has_matrix_units(client, signature.dtype));
-                if execution_policy() != ExecutionPolicy::Auto || !units {
+                if execution_policy() != ExecutionPolicy::Auto {
                     return None;
                 }
             }

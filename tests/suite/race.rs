@@ -82,8 +82,8 @@ fn burns_side_gives_burns_results_on_every_form() {
         );
         [relu, plain]
     };
-    // The bias-only form is claimed only where Hypatia's engine runs (matrix units), so only
-    // the two ReLU forms are sure to be steps here.
+    // The ReLU forms' counts: the bias-only form is a step too (claimed on every device), but
+    // what its pattern counts is checked by the other race tests.
     let [relu, plain] = burn_side_ran(4, "rank 2, both sizes");
     assert_eq!(relu[2] + plain[2], 0, "a forced side decides no race");
     // A rank-3 Linear reshapes its weight to rank 3 before the matmul: Burn's side runs that
@@ -96,6 +96,23 @@ fn burns_side_gives_burns_results_on_every_form() {
     burn_side_ran(6, "rank 3");
 }
 
+/// `relu(linear(x, w, b))` on `Hypatia` equals Burn's.
+fn linear_relu_matches_burn(x: &TensorData, w: &TensorData, b: &TensorData) {
+    let device = Default::default();
+    let f = relu(linear(
+        Tensor::<Fused, 2>::from_data(x.clone(), &device),
+        Tensor::from_data(w.clone(), &device),
+        Some(Tensor::from_data(b.clone(), &device)),
+    ));
+    let p = relu(linear(
+        Tensor::<Plain, 2>::from_data(x.clone(), &device),
+        Tensor::from_data(w.clone(), &device),
+        Some(Tensor::from_data(b.clone(), &device)),
+    ));
+    // On CUDA both sides' f32 matmuls run TF32, rounded differently by each kernel.
+    assert_close(&f.into_data(), &p.into_data(), burn_tolerance(DType::F32));
+}
+
 /// A measured race: every execution, timed or not, gives Burn's results; the shape is decided
 /// once, after each side's warm-up and `SAMPLES` timed runs; a new real shape (same plan)
 /// races again.
@@ -105,22 +122,7 @@ fn a_race_decides_each_real_shape_once() {
     let (k, n) = (31, 47);
     let w = data(20, &[k, n], 0.2);
     let b = data(21, &[n], 1.0);
-    let run = |m: usize, seed: u64| {
-        let x = data(seed, &[m, k], 1.0);
-        let device = Default::default();
-        let f = relu(linear(
-            Tensor::<Fused, 2>::from_data(x.clone(), &device),
-            Tensor::from_data(w.clone(), &device),
-            Some(Tensor::from_data(b.clone(), &device)),
-        ));
-        let p = relu(linear(
-            Tensor::<Plain, 2>::from_data(x, &device),
-            Tensor::from_data(w.clone(), &device),
-            Some(Tensor::from_data(b.clone(), &device)),
-        ));
-        // On CUDA both sides' f32 matmuls run TF32, rounded differently by each kernel.
-        assert_close(&f.into_data(), &p.into_data(), burn_tolerance(DType::F32));
-    };
+    let run = |m: usize, seed: u64| linear_relu_matches_burn(&data(seed, &[m, k], 1.0), &w, &b);
     let runs = 2 + 2 * SAMPLES as usize;
     for (m, races) in [(19, 1), (23, 2)] {
         let before = counters("linear-relu");
@@ -139,6 +141,26 @@ fn a_race_decides_each_real_shape_once() {
             "both sides ran: {hypatia} {burn}"
         );
     }
+}
+
+/// The default policy races on every device, also without matrix units (lavapipe), where
+/// Hypatia's tiled kernel replaces Burn's matmul: a new real shape is decided once, and every
+/// execution gives Burn's results. Before, `Auto` raced only where the device had matrix units.
+#[test]
+fn the_default_policy_races_on_every_device() {
+    let _race = RaceGuard::set(RacePolicy::Auto);
+    let (m, k, n) = (21, 37, 29);
+    let w = data(30, &[k, n], 0.2);
+    let b = data(31, &[n], 1.0);
+    let runs = 2 + 2 * SAMPLES as usize + 2;
+    let before = counters("linear-relu");
+    for seed in 0..runs {
+        linear_relu_matches_burn(&data(40 + seed as u64, &[m, k], 1.0), &w, &b);
+    }
+    let [hypatia, burn, raced] = delta(before, "linear-relu");
+    assert_eq!(raced, 1, "the shape was raced and decided once");
+    assert_eq!(hypatia + burn, runs as u64, "one side ran each execution");
+    assert!(burn >= 1, "Burn's side ran at least its warm-up: {burn}");
 }
 
 /// Equal Linears queued before one read, which burn-fusion takes a few to a window (a plan of
