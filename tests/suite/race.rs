@@ -82,8 +82,8 @@ fn burns_side_gives_burns_results_on_every_form() {
         );
         [relu, plain]
     };
-    // The ReLU forms' counts: the bias-only form is a step too (claimed on every device), but
-    // what its pattern counts is checked by the other race tests.
+    // Only the ReLU forms' Burn-side runs are counted; for the bias-only form (a `linear`
+    // step) `burn_side_ran` checks that no Hypatia kernel ran.
     let [relu, plain] = burn_side_ran(4, "rank 2, both sizes");
     assert_eq!(relu[2] + plain[2], 0, "a forced side decides no race");
     // A rank-3 Linear reshapes its weight to rank 3 before the matmul: Burn's side runs that
