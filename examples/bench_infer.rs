@@ -95,8 +95,9 @@ struct Row {
     host_ms: [f64; 3],
     /// Median ms of a `sync` with nothing queued, same order.
     sync_ms: [f64; 3],
-    /// Hypatia's host microseconds per forward: in its fuser, executing its claimed blocks.
-    hypatia_host_us: [f64; 2],
+    /// Hypatia's host microseconds per forward: in its fuser and executing its claimed blocks
+    /// (means), and the median forward's execution.
+    hypatia_host_us: [f64; 3],
     /// Hypatia's fused steps per forward, by pattern.
     fused_per_forward: Vec<(String, f64)>,
 }
@@ -133,6 +134,9 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let before = hypatia::stats(&device);
         let mut times: [Vec<(f64, f64)>; 3] = Default::default();
         let mut syncs: [Vec<f64>; 3] = Default::default();
+        // Hypatia's execution time of each forward (the counters are read outside the timing).
+        let mut executes = Vec::with_capacity(args.runs);
+        let execute_nanos = || hypatia::stats(&device).host.execute_nanos;
         for run in 0..args.runs {
             // Each backend goes first in turn.
             for i in 0..3 {
@@ -142,7 +146,11 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                     syncs[b].push(0.0);
                     continue;
                 }
+                let executed = (b == 0).then(execute_nanos);
                 times[b].push(backends[b](true));
+                if let Some(executed) = executed {
+                    executes.push((execute_nanos() - executed) as f64 / 1e3);
+                }
                 syncs[b].push(backends[b](false).0);
             }
         }
@@ -151,6 +159,11 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let host_us = [
             per_forward(after.host.fuser_nanos, before.host.fuser_nanos),
             per_forward(after.host.execute_nanos, before.host.execute_nanos),
+            if executes.is_empty() {
+                0.0
+            } else {
+                median(executes)
+            },
         ];
         let sync_ms = syncs.map(median);
         let fused_per_forward = after
@@ -174,7 +187,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .collect::<Vec<_>>()
             .join(", ");
         println!(
-            "{:<16} {batch:>5} {dtype:>5} {:>9.4} {:>9.4} {:>9.4} {:>8.2}x {:>9.4} {:>9.4} {:>7.4} {:>7.4} {:>7.4} {:>6.1}/{:<6.1}  {fused}",
+            "{:<16} {batch:>5} {dtype:>5} {:>9.4} {:>9.4} {:>9.4} {:>8.2}x {:>9.4} {:>9.4} {:>7.4} {:>7.4} {:>7.4} {:>6.1}/{:>5.1}/{:<5.1}  {fused}",
             args.widths,
             ms[0],
             ms[1],
@@ -187,6 +200,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             sync_ms[2],
             host_us[0],
             host_us[1],
+            host_us[2],
         );
         rows.push(Row {
             widths: args.widths.clone(),
@@ -207,7 +221,7 @@ fn main() {
     let args = Args::parse();
     if !args.no_header {
         println!(
-            "{:<16} {:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>13}  fused per forward",
+            "{:<16} {:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>18}  fused per forward",
             "widths",
             "batch",
             "dtype",
@@ -220,7 +234,7 @@ fn main() {
             "sync hy",
             "sync bu",
             "sync cu",
-            "hy us fus/exe"
+            "hy us fus/exe/med"
         );
     }
     let rows = rows_for(&args.dtypes, &args);

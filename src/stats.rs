@@ -78,6 +78,9 @@ pub struct HostStats {
     /// Of those, the blocks whose launches were handed to the device thread at once
     /// ([`FlushPolicy`](crate::kernel::FlushPolicy)).
     pub flushes: u64,
+    /// `sync` calls that asked the device thread for its fence without blocking, and spun on
+    /// the answer ([`SyncPolicy`](crate::kernel::SyncPolicy)).
+    pub spin_syncs: u64,
 }
 
 /// What Hypatia did on one device since the process started (or since [`reset_stats`]).

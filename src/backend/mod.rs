@@ -99,7 +99,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
         // Errors Hypatia kept for the user first (see `fallback::defer_error`).
-        let synced = Inner::<R, F, I, BT>::sync(device);
+        let synced = crate::runtime::sync::sync::<R>(device);
         match crate::fallback::take_deferred(device) {
             Some(error) => Err(error),
             None => synced,

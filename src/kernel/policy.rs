@@ -305,6 +305,44 @@ impl core::str::FromStr for FlushPolicy {
     }
 }
 
+/// How Hypatia's backend waits for the device in `Backend::sync` (see `runtime::sync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// [`Spin`](Self::Spin) on machines of at least `runtime::sync::SPIN_MIN_CORES` cores,
+    /// else [`Park`](Self::Park) (the default).
+    Auto,
+    /// Ask CubeCL's device thread for its fence without blocking, and spin on the answer for
+    /// up to `runtime::sync::SPIN` before parking.
+    Spin,
+    /// The inner backend's own `sync`, which parks burn-fusion's thread at once.
+    Park,
+}
+
+static SYNC_POLICY: Setting = Setting::new("HYPATIA_SYNC", &["auto", "spin", "park"]);
+
+/// The policies in the order of `SYNC_POLICY`'s names.
+const SYNC_POLICIES: [SyncPolicy; 3] = [SyncPolicy::Auto, SyncPolicy::Spin, SyncPolicy::Park];
+
+/// Sets the sync policy for the whole process. Without a call, `HYPATIA_SYNC=auto|spin|park`
+/// decides, and `Auto` if unset.
+pub fn set_sync_policy(policy: SyncPolicy) {
+    SYNC_POLICY.set(policy as u8);
+}
+
+/// The sync policy in force.
+pub fn sync_policy() -> SyncPolicy {
+    SYNC_POLICIES[SYNC_POLICY.get()]
+}
+
+impl core::str::FromStr for SyncPolicy {
+    type Err = String;
+
+    /// A policy by the name `HYPATIA_SYNC` takes: `auto`, `spin` or `park`.
+    fn from_str(name: &str) -> Result<Self, String> {
+        SYNC_POLICY.parse(&SYNC_POLICIES, "sync", name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

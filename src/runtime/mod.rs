@@ -4,6 +4,7 @@
 //! [`BurnFuser`]), so Burn keeps fusing what Hypatia leaves alone. The fuser's `finish` is where
 //! capture → rewrite → plan runs; [`LinearOptimization`] executes a plan (kernel, or fallback).
 //! [`race`] times a step against Burn's own fused matmul where the real shapes could favour it.
+//! [`sync`] is the backend's wait for the device, without parking burn-fusion's thread at once.
 //! Pitfall: burn-fusion caches optimizations by relative window and replays them without
 //! calling any fuser, so an optimization must read real shapes and scalars from the context.
 
@@ -13,6 +14,7 @@ mod fuser;
 mod linear;
 mod optimization;
 pub mod race;
+pub mod sync;
 
 pub use burn::*;
 pub use fuser::*;

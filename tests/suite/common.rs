@@ -190,6 +190,16 @@ impl FlushGuard {
     }
 }
 
+/// Sets the sync policy; the default (`Auto`) comes back when the guard drops.
+pub struct SyncGuard;
+
+impl SyncGuard {
+    pub fn set(policy: hypatia::kernel::SyncPolicy) -> Restore {
+        hypatia::kernel::set_sync_policy(policy);
+        Restore(|| hypatia::kernel::set_sync_policy(hypatia::kernel::SyncPolicy::Auto))
+    }
+}
+
 /// MLP-chain launches Hypatia ran so far on the test device.
 pub fn chain_launches() -> u64 {
     hypatia::stats(&device())

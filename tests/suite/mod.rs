@@ -13,4 +13,5 @@ mod properties;
 mod property_tests;
 mod race;
 mod replay;
+mod sync;
 mod train;
