@@ -308,8 +308,8 @@ impl core::str::FromStr for FlushPolicy {
 /// How Hypatia's backend waits for the device in `Backend::sync` (see `runtime::sync`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncPolicy {
-    /// [`Spin`](Self::Spin) on machines of at least `runtime::sync::SPIN_MIN_CORES` cores,
-    /// else [`Park`](Self::Park) (the default).
+    /// [`Spin`](Self::Spin) on machines of at least `runtime::sync::SPIN_MIN_CORES` cores
+    /// while CubeCL's profiling log is off, else [`Park`](Self::Park) (the default).
     Auto,
     /// Ask CubeCL's device thread for its fence without blocking, and spin on the answer for
     /// up to `runtime::sync::SPIN` before parking.

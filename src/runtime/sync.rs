@@ -12,12 +12,15 @@
 //! for up to [`SPIN`] before it parks. The fence is then waited on exactly as Burn waits on it.
 //! Spinning needs a core of its own: by default ([`SyncPolicy::Auto`]) it parks at once, as Burn
 //! does, on machines of fewer than [`SPIN_MIN_CORES`] cores (on a 2-core machine the spin would
-//! take a core from lavapipe's own threads).
+//! take a core from lavapipe's own threads), and while CubeCL's profiling log is on (its
+//! summaries print at `ComputeClient::sync`).
 
 use crate::kernel::{SyncPolicy, sync_policy};
 use crate::stats;
 use burn_backend::ExecutionError;
 use burn_cubecl::CubeRuntime;
+use cubecl::config::profiling::ProfilingLogLevel;
+use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 use cubecl::device::Device;
 use cubecl::device_handle::DeviceHandle;
 use cubecl::server::ServerError;
@@ -38,7 +41,7 @@ pub const SPIN_MIN_CORES: usize = 4;
 /// `CubeBackend::sync` does.
 pub fn sync<R: CubeRuntime>(device: &R::Device) -> Result<(), ExecutionError> {
     let spin = match sync_policy() {
-        SyncPolicy::Auto => enough_cores(),
+        SyncPolicy::Auto => enough_cores() && !cubecl_profiling(),
         SyncPolicy::Spin => true,
         SyncPolicy::Park => false,
     };
@@ -52,6 +55,16 @@ pub fn sync<R: CubeRuntime>(device: &R::Device) -> Result<(), ExecutionError> {
     };
     cubecl::future::block_on(fence).map_err(|err| ExecutionError::WithContext {
         reason: format!("{err}"),
+    })
+}
+
+/// Whether CubeCL's profiling log is on. `ComputeClient::sync` prints its summaries, so then
+/// `Auto` takes that path, as Burn does.
+fn cubecl_profiling() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        let level = CubeClRuntimeConfig::get().profiling.logger.level;
+        !matches!(level, ProfilingLogLevel::Disabled)
     })
 }
 
