@@ -45,61 +45,79 @@ pub enum ExecutionPolicy {
     Split,
 }
 
-static POLICY: Setting = Setting::new(
+static POLICY: Setting<ExecutionPolicy> = Setting::new(
     "HYPATIA_EXECUTION",
-    &["auto", "tiled", "tensor-core", "split"],
+    "execution",
+    &[
+        (ExecutionPolicy::Auto, "auto"),
+        (ExecutionPolicy::Tiled, "tiled"),
+        (ExecutionPolicy::TensorCore, "tensor-core"),
+        (ExecutionPolicy::Split, "split"),
+    ],
 );
 
 /// Sets the policy for the whole process. Without a call,
 /// `HYPATIA_EXECUTION=tiled|tensor-core|split|auto` decides, and `Auto` if unset.
 pub fn set_execution_policy(policy: ExecutionPolicy) {
-    POLICY.set(policy as u8);
+    POLICY.set(policy);
 }
 
 /// The policy in force.
 pub fn execution_policy() -> ExecutionPolicy {
-    use ExecutionPolicy::*;
-    [Auto, Tiled, TensorCore, Split][POLICY.get()]
+    POLICY.get()
 }
 
 /// A process-wide policy: the last value set, else its environment variable (read once), else
-/// its first name. Values are the enum's discriminants, in the order of `names`.
-struct Setting {
-    value: AtomicU8,
+/// its first choice. Each choice is a policy and the name the variable gives it.
+struct Setting<P: 'static> {
+    /// The index of the policy in force in `choices` (`u8::MAX`: not read yet).
+    index: AtomicU8,
     var: &'static str,
-    names: &'static [&'static str],
+    /// What the policy is about, for error messages.
+    what: &'static str,
+    choices: &'static [(P, &'static str)],
 }
 
-impl Setting {
-    const fn new(var: &'static str, names: &'static [&'static str]) -> Self {
+impl<P: Copy + PartialEq> Setting<P> {
+    const fn new(
+        var: &'static str,
+        what: &'static str,
+        choices: &'static [(P, &'static str)],
+    ) -> Self {
         Self {
-            value: AtomicU8::new(u8::MAX),
+            index: AtomicU8::new(u8::MAX),
             var,
-            names,
+            what,
+            choices,
         }
     }
 
-    fn set(&self, value: u8) {
-        self.value.store(value, Ordering::Relaxed);
+    fn set(&self, policy: P) {
+        let index = self.choices.iter().position(|(p, _)| *p == policy);
+        self.index
+            .store(index.unwrap_or(0) as u8, Ordering::Relaxed);
     }
 
-    /// The policy of `policies` (in the order of the names) that `name` names.
-    fn parse<P: Copy>(&self, policies: &[P], what: &str, name: &str) -> Result<P, String> {
-        let names = self.names;
-        (names.iter().position(|n| *n == name))
-            .map(|index| policies[index])
-            .ok_or_else(|| format!("unknown {what} policy {name:?} (one of {names:?})"))
+    /// The policy `name` names.
+    fn parse(&self, name: &str) -> Result<P, String> {
+        let choices = self.choices;
+        (choices.iter().find(|(_, n)| *n == name))
+            .map(|(policy, _)| *policy)
+            .ok_or_else(|| {
+                let names: Vec<_> = choices.iter().map(|(_, n)| *n).collect();
+                format!("unknown {} policy {name:?} (one of {names:?})", self.what)
+            })
     }
 
-    fn get(&self) -> usize {
-        let value = self.value.load(Ordering::Relaxed) as usize;
-        if value < self.names.len() {
-            return value;
+    fn get(&self) -> P {
+        let index = self.index.load(Ordering::Relaxed) as usize;
+        if let Some((policy, _)) = self.choices.get(index) {
+            return *policy;
         }
         let var = std::env::var(self.var).unwrap_or_default();
-        let value = self.names.iter().position(|name| *name == var).unwrap_or(0);
-        self.set(value as u8);
-        value
+        let index = (self.choices.iter().position(|(_, name)| *name == var)).unwrap_or(0);
+        self.index.store(index as u8, Ordering::Relaxed);
+        self.choices[index].0
     }
 }
 
@@ -157,18 +175,25 @@ pub enum ChainPolicy {
     Never,
 }
 
-static CHAIN_POLICY: Setting = Setting::new("HYPATIA_CHAIN", &["auto", "always", "never"]);
+static CHAIN_POLICY: Setting<ChainPolicy> = Setting::new(
+    "HYPATIA_CHAIN",
+    "chain",
+    &[
+        (ChainPolicy::Auto, "auto"),
+        (ChainPolicy::Always, "always"),
+        (ChainPolicy::Never, "never"),
+    ],
+);
 
 /// Sets the chain policy for the whole process. Without a call,
 /// `HYPATIA_CHAIN=auto|always|never` decides, and `Auto` if unset.
 pub fn set_chain_policy(policy: ChainPolicy) {
-    CHAIN_POLICY.set(policy as u8);
+    CHAIN_POLICY.set(policy);
 }
 
 /// The chain policy in force.
 pub fn chain_policy() -> ChainPolicy {
-    use ChainPolicy::*;
-    [Auto, Always, Never][CHAIN_POLICY.get()]
+    CHAIN_POLICY.get()
 }
 
 /// Whether `chain` (accepted by [`check_chain`](super::chain::check_chain)) runs as one launch
@@ -205,33 +230,34 @@ pub enum RacePolicy {
     Never,
 }
 
-static RACE_POLICY: Setting = Setting::new("HYPATIA_RACE", &["auto", "always", "burn", "never"]);
+static RACE_POLICY: Setting<RacePolicy> = Setting::new(
+    "HYPATIA_RACE",
+    "race",
+    &[
+        (RacePolicy::Auto, "auto"),
+        (RacePolicy::Always, "always"),
+        (RacePolicy::Burn, "burn"),
+        (RacePolicy::Never, "never"),
+    ],
+);
 
 /// Sets the race policy for the whole process. Without a call,
 /// `HYPATIA_RACE=auto|always|burn|never` decides, and `Auto` if unset.
 pub fn set_race_policy(policy: RacePolicy) {
-    RACE_POLICY.set(policy as u8);
+    RACE_POLICY.set(policy);
 }
 
 /// The race policy in force.
 pub fn race_policy() -> RacePolicy {
-    RACE_POLICIES[RACE_POLICY.get()]
+    RACE_POLICY.get()
 }
-
-/// The policies in the order of `RACE_POLICY`'s names.
-const RACE_POLICIES: [RacePolicy; 4] = [
-    RacePolicy::Auto,
-    RacePolicy::Always,
-    RacePolicy::Burn,
-    RacePolicy::Never,
-];
 
 impl core::str::FromStr for RacePolicy {
     type Err = String;
 
     /// A policy by the name `HYPATIA_RACE` takes: `auto`, `always`, `burn` or `never`.
     fn from_str(name: &str) -> Result<Self, String> {
-        RACE_POLICY.parse(&RACE_POLICIES, "race", name)
+        RACE_POLICY.parse(name)
     }
 }
 
@@ -279,21 +305,25 @@ impl FlushPolicy {
     }
 }
 
-static FLUSH_POLICY: Setting = Setting::new("HYPATIA_FLUSH", &["auto", "never", "blocks"]);
-
-/// The policies in the order of `FLUSH_POLICY`'s names.
-const FLUSH_POLICIES: [FlushPolicy; 3] =
-    [FlushPolicy::Auto, FlushPolicy::Never, FlushPolicy::Blocks];
+static FLUSH_POLICY: Setting<FlushPolicy> = Setting::new(
+    "HYPATIA_FLUSH",
+    "flush",
+    &[
+        (FlushPolicy::Auto, "auto"),
+        (FlushPolicy::Never, "never"),
+        (FlushPolicy::Blocks, "blocks"),
+    ],
+);
 
 /// Sets the flush policy for the whole process. Without a call, `HYPATIA_FLUSH=auto|never|blocks`
 /// decides, and `Auto` if unset.
 pub fn set_flush_policy(policy: FlushPolicy) {
-    FLUSH_POLICY.set(policy as u8);
+    FLUSH_POLICY.set(policy);
 }
 
 /// The flush policy in force.
 pub fn flush_policy() -> FlushPolicy {
-    FLUSH_POLICIES[FLUSH_POLICY.get()]
+    FLUSH_POLICY.get()
 }
 
 impl core::str::FromStr for FlushPolicy {
@@ -301,7 +331,7 @@ impl core::str::FromStr for FlushPolicy {
 
     /// A policy by the name `HYPATIA_FLUSH` takes: `auto`, `never` or `blocks`.
     fn from_str(name: &str) -> Result<Self, String> {
-        FLUSH_POLICY.parse(&FLUSH_POLICIES, "flush", name)
+        FLUSH_POLICY.parse(name)
     }
 }
 
@@ -318,20 +348,25 @@ pub enum SyncPolicy {
     Park,
 }
 
-static SYNC_POLICY: Setting = Setting::new("HYPATIA_SYNC", &["auto", "spin", "park"]);
-
-/// The policies in the order of `SYNC_POLICY`'s names.
-const SYNC_POLICIES: [SyncPolicy; 3] = [SyncPolicy::Auto, SyncPolicy::Spin, SyncPolicy::Park];
+static SYNC_POLICY: Setting<SyncPolicy> = Setting::new(
+    "HYPATIA_SYNC",
+    "sync",
+    &[
+        (SyncPolicy::Auto, "auto"),
+        (SyncPolicy::Spin, "spin"),
+        (SyncPolicy::Park, "park"),
+    ],
+);
 
 /// Sets the sync policy for the whole process. Without a call, `HYPATIA_SYNC=auto|spin|park`
 /// decides, and `Auto` if unset.
 pub fn set_sync_policy(policy: SyncPolicy) {
-    SYNC_POLICY.set(policy as u8);
+    SYNC_POLICY.set(policy);
 }
 
 /// The sync policy in force.
 pub fn sync_policy() -> SyncPolicy {
-    SYNC_POLICIES[SYNC_POLICY.get()]
+    SYNC_POLICY.get()
 }
 
 impl core::str::FromStr for SyncPolicy {
@@ -339,7 +374,7 @@ impl core::str::FromStr for SyncPolicy {
 
     /// A policy by the name `HYPATIA_SYNC` takes: `auto`, `spin` or `park`.
     fn from_str(name: &str) -> Result<Self, String> {
-        SYNC_POLICY.parse(&SYNC_POLICIES, "sync", name)
+        SYNC_POLICY.parse(name)
     }
 }
 
@@ -349,12 +384,16 @@ mod tests {
 
     #[test]
     fn a_setting_defaults_to_its_first_name_then_keeps_what_is_set() {
-        static SETTING: Setting = Setting::new("HYPATIA_TEST_NEVER_SET", &["a", "b", "c"]);
-        assert_eq!(SETTING.get(), 0);
-        SETTING.set(2);
-        assert_eq!(SETTING.get(), 2);
-        SETTING.set(1);
-        assert_eq!(SETTING.get(), 1);
+        static SETTING: Setting<char> = Setting::new(
+            "HYPATIA_TEST_NEVER_SET",
+            "test",
+            &[('a', "a"), ('b', "b"), ('c', "c")],
+        );
+        assert_eq!(SETTING.get(), 'a');
+        SETTING.set('c');
+        assert_eq!(SETTING.get(), 'c');
+        SETTING.set('b');
+        assert_eq!(SETTING.get(), 'b');
     }
 
     /// Each of `names` parses to the policy at its index in `policies`; `unknown` does not parse.
@@ -369,12 +408,22 @@ mod tests {
 
     #[test]
     fn race_policies_parse_by_their_env_names() {
-        assert_parses(&["auto", "always", "burn", "never"], &RACE_POLICIES, "fast");
+        use RacePolicy::*;
+        assert_parses(
+            &["auto", "always", "burn", "never"],
+            &[Auto, Always, Burn, Never],
+            "fast",
+        );
     }
 
     #[test]
     fn flush_policies_parse_by_their_env_names() {
-        assert_parses(&["auto", "never", "blocks"], &FLUSH_POLICIES, "always");
+        use FlushPolicy::*;
+        assert_parses(
+            &["auto", "never", "blocks"],
+            &[Auto, Never, Blocks],
+            "always",
+        );
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub const SPIN_MIN_CORES: usize = 4;
 /// `CubeBackend::sync` does.
 pub fn sync<R: CubeRuntime>(device: &R::Device) -> Result<(), ExecutionError> {
     let spin = match sync_policy() {
-        SyncPolicy::Auto => enough_cores() && !cubecl_profiling(),
+        SyncPolicy::Auto => auto_spins(),
         SyncPolicy::Spin => true,
         SyncPolicy::Park => false,
     };
@@ -59,20 +59,15 @@ pub fn sync<R: CubeRuntime>(device: &R::Device) -> Result<(), ExecutionError> {
     })
 }
 
-/// Whether CubeCL's profiling log is on. `ComputeClient::sync` prints its summaries, so then
-/// `Auto` takes that path, as Burn does.
-fn cubecl_profiling() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        let level = CubeClRuntimeConfig::get().profiling.logger.level;
-        !matches!(level, ProfilingLogLevel::Disabled)
+/// Whether [`SyncPolicy::Auto`] spins: on enough cores, and while CubeCL's profiling log is off
+/// (`ComputeClient::sync` prints its summaries, so then Burn's path is taken).
+fn auto_spins() -> bool {
+    static SPINS: OnceLock<bool> = OnceLock::new();
+    *SPINS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let profiling = CubeClRuntimeConfig::get().profiling.logger.level;
+        cores >= SPIN_MIN_CORES && matches!(profiling, ProfilingLogLevel::Disabled)
     })
-}
-
-fn enough_cores() -> bool {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
-        >= SPIN_MIN_CORES
 }
 
 type Fence = cubecl::future::DynFut<Result<(), ServerError>>;

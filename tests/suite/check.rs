@@ -4,6 +4,7 @@
 use super::common::*;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
+use burn::tensor::module::linear;
 use burn::tensor::{DType, Element};
 
 /// Element-wise tolerance (relative to the largest magnitude): Burn's f32 matmul on CUDA uses
@@ -14,6 +15,25 @@ pub fn burn_tolerance(dtype: DType) -> f32 {
         DType::F32 if cfg!(feature = "cuda") => 2e-3,
         _ => tolerance(dtype),
     }
+}
+
+/// `relu(linear(x, w, b))` on `Hypatia` equals Burn's, with a `sync` of Hypatia's forward
+/// before either is read.
+pub fn linear_relu_matches_burn(x: &TensorData, w: &TensorData, b: &TensorData) {
+    let device = device();
+    let f = relu(linear(
+        Tensor::<Fused, 2>::from_data(x.clone(), &device),
+        Tensor::from_data(w.clone(), &device),
+        Some(Tensor::from_data(b.clone(), &device)),
+    ));
+    Fused::sync(&device).expect("sync");
+    let p = relu(linear(
+        Tensor::<Plain, 2>::from_data(x.clone(), &device),
+        Tensor::from_data(w.clone(), &device),
+        Some(Tensor::from_data(b.clone(), &device)),
+    ));
+    // On CUDA both sides' f32 matmuls run TF32, rounded differently by each kernel.
+    assert_close(&f.into_data(), &p.into_data(), burn_tolerance(DType::F32));
 }
 
 /// Bound on ‖out − ref‖₂ / ‖ref‖₂ against the float64 reference: 1e-5 for f32 (5e-4 on CUDA,

@@ -1,7 +1,7 @@
 //! The race of a fused step against Burn's own fused matmul for its ops (`hypatia::runtime::race`):
 //! whichever side runs, the results are Burn's, and each real shape is decided once.
 
-use super::check::burn_tolerance;
+use super::check::{burn_tolerance, linear_relu_matches_burn};
 use super::common::*;
 use super::train::{grad_tolerance, gradients};
 use burn::backend::Autodiff;
@@ -94,23 +94,6 @@ fn burns_side_gives_burns_results_on_every_form() {
         assert_close(f, p, 1e-5);
     }
     burn_side_ran(6, "rank 3");
-}
-
-/// `relu(linear(x, w, b))` on `Hypatia` equals Burn's.
-fn linear_relu_matches_burn(x: &TensorData, w: &TensorData, b: &TensorData) {
-    let device = Default::default();
-    let f = relu(linear(
-        Tensor::<Fused, 2>::from_data(x.clone(), &device),
-        Tensor::from_data(w.clone(), &device),
-        Some(Tensor::from_data(b.clone(), &device)),
-    ));
-    let p = relu(linear(
-        Tensor::<Plain, 2>::from_data(x.clone(), &device),
-        Tensor::from_data(w.clone(), &device),
-        Some(Tensor::from_data(b.clone(), &device)),
-    ));
-    // On CUDA both sides' f32 matmuls run TF32, rounded differently by each kernel.
-    assert_close(&f.into_data(), &p.into_data(), burn_tolerance(DType::F32));
 }
 
 /// A measured race: every execution, timed or not, gives Burn's results; the shape is decided

@@ -1,10 +1,8 @@
 //! `B::sync` under each sync policy: it returns `Ok` once the queued work has run, from
 //! several threads at once, the results are Burn's, and the policy decides which wait runs.
 
+use super::check::linear_relu_matches_burn;
 use super::common::*;
-use burn::prelude::*;
-use burn::tensor::activation::relu;
-use burn::tensor::module::linear;
 use hypatia::kernel::SyncPolicy;
 use hypatia::runtime::sync::SPIN_MIN_CORES;
 
@@ -17,26 +15,11 @@ fn spin_syncs() -> u64 {
 
 /// One thread's Linear + ReLU forwards, each followed by a `sync`, then compared with Burn's.
 fn forwards_and_syncs(thread: usize) {
-    let device = device();
     let (m, k, n) = (17, 33, 9);
     let w = data(40 + thread as u64, &[k, n], 0.3);
     let b = data(50 + thread as u64, &[n], 1.0);
     for i in 0..SYNCS {
-        let x = data((100 * thread + i) as u64, &[m, k], 1.0);
-        let y = relu(linear(
-            Tensor::<Fused, 2>::from_data(x.clone(), &device),
-            Tensor::from_data(w.clone(), &device),
-            Some(Tensor::from_data(b.clone(), &device)),
-        ));
-        Fused::sync(&device).expect("sync");
-        let expected = relu(linear(
-            Tensor::<Plain, 2>::from_data(x, &device),
-            Tensor::from_data(w.clone(), &device),
-            Some(Tensor::from_data(b.clone(), &device)),
-        ));
-        // On CUDA Burn's f32 matmul runs TF32; Hypatia's kernels may not.
-        let tol = if cfg!(feature = "cuda") { 2e-3 } else { 1e-5 };
-        assert_close(&y.into_data(), &expected.into_data(), tol);
+        linear_relu_matches_burn(&data((100 * thread + i) as u64, &[m, k], 1.0), &w, &b);
     }
 }
 
