@@ -9,8 +9,15 @@ type Float = burn::tensor::bf16;
 mod check;
 #[path = "suite/common.rs"]
 mod common;
+#[path = "suite/model.rs"]
+mod model;
 
 #[test]
 fn matches_burn_in_bf16() {
     check::check_half::<burn::tensor::bf16>();
+}
+
+#[test]
+fn mlp_chains_match_burn_in_bf16() {
+    check::check_half_chain::<burn::tensor::bf16>();
 }

@@ -9,12 +9,19 @@ type Float = burn::tensor::f16;
 mod check;
 #[path = "suite/common.rs"]
 mod common;
+#[path = "suite/model.rs"]
+mod model;
 #[path = "suite/properties.rs"]
 mod properties;
 
 #[test]
 fn matches_burn_in_f16() {
     check::check_half::<burn::tensor::f16>();
+}
+
+#[test]
+fn mlp_chains_match_burn_in_f16() {
+    check::check_half_chain::<burn::tensor::f16>();
 }
 
 #[test]

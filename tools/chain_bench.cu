@@ -4,6 +4,7 @@
 // Built on the device by tools/device_chain_bench.sh, one binary per (ROWS, kernel file):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -DROWS=8 -DKERNEL='"grid_chain.cu"' -Isrc/kernel/chain \
 //        tools/chain_bench.cu -o chain_bench
+//   (-DMMA=1 -DMMA_TYPE=bf16 -DROWS=16|32: the tensor-core items)
 // Usage: chain_bench M [launches]   (the MLP is 784 -> 512 -> 512 -> 10, ReLU, ReLU, none)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +20,7 @@ typedef unsigned int u32;
 #define FROM_F32(v) __float2bfloat16_rn(v)
 #define LOAD_X(p) __ldg(p)
 #define LAYERS 3
+#define KP 784
 #define VEC0 8
 #define ACT0 1
 #define BIAS0 1
@@ -40,7 +42,6 @@ int main(int argc, char** argv) {
     const u32 m = argc > 1 ? atoi(argv[1]) : 1;
     const int launches = argc > 2 ? atoi(argv[2]) : 2000;
     const u32 widths[4] = {784, 512, 512, 10};
-    const int vec[3] = {VEC0, VEC1, VEC2};
     srand(7);
     auto rnd = [](float scale) { return bf(((rand() % 2001) - 1000) / 1000.0f * scale); };
     std::vector<float> x(m * widths[0]), w[3], b[3];
@@ -71,16 +72,21 @@ int main(int argc, char** argv) {
     Params p{};
     p.m = m; p.x_row = widths[0]; p.x_col = 1; p.hidden = 512;
     for (int l = 0; l < 3; l++) { p.k[l] = widths[l]; p.n[l] = widths[l + 1]; p.w_row[l] = widths[l + 1]; }
+    const u32 per_layer[3] = {layer_items<VEC0>(m, widths[1]), layer_items<VEC1>(m, widths[2]),
+                              layer_items<VEC2>(m, widths[3])};
     u32 items = 0;
-    for (int l = 0; l < 3; l++) {
-        u32 it = widths[l + 1] / vec[l] * ((m + ROWS - 1) / ROWS);
-        items = it > items ? it : items;
-    }
+    for (int l = 0; l < 3; l++) items = per_layer[l] > items ? per_layer[l] : items;
     int sms;
     CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const u32 blocks = items < (u32)sms ? items : sms;
+#if MMA
+    const int smem_bytes = MMA_X_BYTES + MMA_W_BYTES + WARPS * ROWS * 8 * 4;
+    CHECK(cudaFuncSetAttribute(hypatia_grid_chain, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+#else
+    const int smem_bytes = 0;
+#endif
     auto launch = [&]() {
-        hypatia_grid_chain<<<blocks, THREADS>>>(dx, dw[0], db[0], dw[1], db[1], dw[2], db[2],
+        hypatia_grid_chain<<<blocks, THREADS, smem_bytes>>>(dx, dw[0], db[0], dw[1], db[1], dw[2], db[2],
                                                 dw[0], db[0], out, scratch, counter, p);
     };
     for (int i = 0; i < 50; i++) launch();
@@ -111,7 +117,7 @@ int main(int argc, char** argv) {
     const double rel = sqrt(err / (norm > 0 ? norm : 1));
 
     const std::vector<float> per = time_launches(launch, launches);
-    printf("%-24s m=%-3u rows=%d blocks=%-3u us/launch=%7.2f (min %7.2f) rel_err=%.2e %s\n",
-           KERNEL, m, ROWS, blocks, per[2], per[0], rel, rel < 1e-2 ? "ok" : "WRONG");
+    printf("%-24s mma=%d m=%-3u rows=%d blocks=%-3u us/launch=%7.2f (min %7.2f) rel_err=%.2e %s\n",
+           KERNEL, MMA, m, ROWS, blocks, per[2], per[0], rel, rel < 1e-2 ? "ok" : "WRONG");
     return 0;
 }

@@ -3,13 +3,21 @@
 # of the sync policies and the MLP chain, then REPEAT rounds of bench_infer under
 # HYPATIA_SYNC=spin and park (Burn's own path beside Hypatia in each process) and PyTorch eager,
 # interleaved so that each round sees the machine in one state. Binaries (lib test binary,
-# bench_infer, torch_infer.py) in .device/sync/sync.tgz; run from the repo root.
+# bench_infer, torch_infer.py, and any test binaries BIN_TESTS names) in .device/sync/sync.tgz;
+# run from the repo root. BIN_TESTS: space-separated `binary:filter` (e.g. `hopper:grid_chain
+# half_bf16:`), each run with --test-threads=1 before the lib tests.
 set -u
 bash tools/device_cache.sh restore
 mkdir -p .device/sync/bin && tar xzf .device/sync/sync.tgz -C .device/sync/bin && cp tools/cubecl.toml .device/sync/bin/
 cd .device/sync/bin
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 nproc | sed 's/^/cores: /' | tee -a $OUT/device.txt
+for entry in ${BIN_TESTS:-}; do
+  bin=${entry%%:*}; filter=${entry#*:}
+  timeout ${TESTS_TIMEOUT:-300} ./$bin --test-threads=1 $filter > $OUT/$bin.txt 2>&1
+  echo "$bin $filter: $(grep -E '^test result' $OUT/$bin.txt)"
+  grep -E -A12 "FAILED|panicked" $OUT/$bin.txt | head -40
+done
 TESTS=${TESTS-suite::sync suite::mlp}
 if [ -n "$TESTS" ]; then
   timeout ${TESTS_TIMEOUT:-300} ./lib --test-threads=1 $TESTS > $OUT/tests.txt 2>&1

@@ -202,12 +202,13 @@ impl Profile {
     }
 
     /// Predicted µs one layer of `n` outputs over `m` rows adds to a grid-wide chain launch:
-    /// its waves of work items (up to 8 rows × one 16-byte column vector each). `None` where
+    /// its waves of work items ([`grid_item`]). `None` where
     /// the grid-wide kernel does not run.
     pub fn grid_layer_time(&self, m: usize, n: usize, dtype: DType) -> Option<f64> {
         let grid = self.grid?;
-        let (rows, columns) = grid_item(m, dtype);
-        let items = n.div_ceil(columns) * m.div_ceil(rows);
+        // The grid figures are measured on sm_90, where half types take tensor-core items.
+        let item = grid_item(m, dtype, true);
+        let items = n.div_ceil(item.columns) * m.div_ceil(item.rows);
         Some(items.div_ceil(self.parallel_cubes.max(1)) as f64 * grid.wave_us)
     }
 
@@ -278,8 +279,11 @@ mod tests {
         let wave = profile.grid.unwrap().wave_us;
         let launch = profile.grid.unwrap().launch_us;
         assert_eq!(time(1, &[784, 512, 512, 10]), launch + 3.0 * wave);
-        // 64 rows: 8 row groups × 128 vectors of a 1024-wide layer = 8 waves of 132.
-        assert_eq!(time(64, &[1024, 1024]), launch + 8.0 * wave);
+        // 64 rows on tensor cores: 2 row groups of 32 × 128 groups of 8 columns of a 1024-wide
+        // layer = 2 waves of 132.
+        assert_eq!(time(64, &[1024, 1024]), launch + 2.0 * wave);
+        // 4 rows: FMA items of 4 rows, 128 vectors = one wave.
+        assert_eq!(time(4, &[1024, 1024]), launch + wave);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! memory first) and on `B`, against each other and a float64 host reference.
 
 use super::common::*;
+use super::model::Mlp;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::linear;
@@ -217,4 +218,55 @@ pub fn check_half<F: burn_cubecl::FloatElement>() {
         ..case(17, 33, 65)
     }];
     check::<PlainOf<F>, FusedOf<F>, 3>(&cases);
+}
+
+/// A 784→512→512→10 MLP (Linear+ReLU, Linear+ReLU, Linear) in `F` runs as one MLP-chain
+/// launch per forward and equals Burn's forward, at batches that take the grid-wide kernel's
+/// FMA items (1, 4) and its tensor-core items (5, 8, 32, 33, 64) on CUDA, plus a rank-3 input.
+pub fn check_half_chain<F: burn_cubecl::FloatElement>() {
+    let device = device();
+    let dtype = F::dtype();
+    if !PlainOf::<F>::supports_dtype(&device, dtype) {
+        eprintln!("skipped: this device has no {dtype:?} arithmetic");
+        return;
+    }
+    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let sizes = [784, 512, 512, 10];
+    let fused = Mlp::<FusedOf<F>>::new(sizes, true, &device);
+    let plain = Mlp::<PlainOf<F>>::new(sizes, true, &device);
+    let check = |shape: &[usize]| {
+        let x = data(7, shape, 1.0);
+        poison::<FusedOf<F>>(1 << 16, &device);
+        let before = chain_launches();
+        let (actual, expected) = match *shape {
+            [_, _] => (
+                fused
+                    .forward(Tensor::<FusedOf<F>, 2>::from_data(x.clone(), &device))
+                    .into_data(),
+                plain
+                    .forward(Tensor::<PlainOf<F>, 2>::from_data(x, &device))
+                    .into_data(),
+            ),
+            [_, _, _] => (
+                fused
+                    .forward(Tensor::<FusedOf<F>, 3>::from_data(x.clone(), &device))
+                    .into_data(),
+                plain
+                    .forward(Tensor::<PlainOf<F>, 3>::from_data(x, &device))
+                    .into_data(),
+            ),
+            _ => unreachable!("rank 2 or 3"),
+        };
+        assert_eq!(
+            chain_launches() - before,
+            1,
+            "{shape:?}: {:?}",
+            hypatia::stats(&device)
+        );
+        assert_close(&actual, &expected, tolerance(dtype));
+    };
+    for m in [1, 4, 5, 8, 32, 33, 64] {
+        check(&[m, 784]);
+    }
+    check(&[3, 7, 784]);
 }

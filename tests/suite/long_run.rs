@@ -2,7 +2,7 @@
 //! and two threads training two models at once, each equal to the same training alone.
 
 use super::common::*;
-use super::mlp::Mlp;
+use super::model::Mlp;
 use burn::backend::Autodiff;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};

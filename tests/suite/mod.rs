@@ -9,6 +9,7 @@ mod fuser;
 mod kernel;
 mod long_run;
 mod mlp;
+mod model;
 mod properties;
 mod property_tests;
 mod race;

@@ -1,7 +1,7 @@
 //! Plans are cached: the e-graph runs once per distinct window, never per call.
 
 use super::common::*;
-use super::mlp::Mlp;
+use super::model::Mlp;
 use burn::prelude::*;
 
 #[test]

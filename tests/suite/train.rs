@@ -4,7 +4,7 @@
 
 use super::check::burn_tolerance;
 use super::common::*;
-use super::mlp::Mlp;
+use super::model::Mlp;
 use burn::backend::Autodiff;
 use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};

@@ -43,6 +43,20 @@ struct GridConfig {
     activation: [Activation; 4],
     bias: [bool; 4],
     rows: usize,
+    /// Tensor-core items (see [`GridItem::mma`](super::GridItem::mma)).
+    mma: bool,
+    /// Tensor-core items: the widest layer input rounded up to 16 (the k rows whose weights
+    /// each thread loads, and the row length of the shared-memory tile); 0 otherwise.
+    kp: usize,
+}
+
+impl GridConfig {
+    /// Dynamic shared memory of a tensor-core launch: the item's input rows (padded rows of
+    /// `kp + 8`), its weight columns and the warps' partial tiles (the kernel's `MMA_X_BYTES`,
+    /// `MMA_W_BYTES` and `red`).
+    fn mma_bytes(rows: usize, kp: usize) -> usize {
+        rows * (kp + 8) * 2 + kp * 16 + (THREADS as usize / 32) * rows * 8 * 4
+    }
 }
 
 impl CudaSource for GridConfig {
@@ -53,9 +67,13 @@ impl CudaSource for GridConfig {
         THREADS
     }
 
-    /// The reduction buffer is static shared memory: nothing dynamic.
+    /// FMA items reduce in static shared memory; tensor-core items stage their tiles in
+    /// dynamic shared memory.
     fn shared_bytes(&self) -> usize {
-        0
+        match self.mma {
+            true => Self::mma_bytes(self.rows, self.kp),
+            false => 0,
+        }
     }
 
     fn source(&self) -> String {
@@ -72,6 +90,16 @@ impl CudaSource for GridConfig {
         let _ = writeln!(src, "#define FROM_F32(v) {from_f32}(v)");
         let _ = writeln!(src, "#define LOAD_X(p) __ldg(p)");
         let _ = writeln!(src, "#define ROWS {}", self.rows);
+        let _ = writeln!(src, "#define MMA {}", self.mma as u32);
+        if self.mma {
+            let ptx = if self.dtype == DType::F16 {
+                "f16"
+            } else {
+                "bf16"
+            };
+            let _ = writeln!(src, "#define MMA_TYPE {ptx}");
+            let _ = writeln!(src, "#define KP {}", self.kp);
+        }
         let _ = writeln!(src, "#define LAYERS {}", self.layers);
         for i in 0..4 {
             let act = match self.activation[i] {
@@ -91,6 +119,16 @@ impl CudaSource for GridConfig {
 /// `__nanosleep`, parameters passed by value).
 pub fn supported<R: Runtime>(client: &ComputeClient<R>) -> bool {
     is_cuda::<R>() && client.properties().features.plane.contains(Plane::Sync)
+}
+
+/// Whether `client`'s device has `dtype`'s m16n8k16 tensor-core product with f32 accumulators
+/// (sm_80 or later), which the kernel's tensor-core items use.
+fn has_mma<R: Runtime>(client: &ComputeClient<R>, dtype: DType) -> bool {
+    let ty: StorageType = dtype.into();
+    let f32: StorageType = DType::F32.into();
+    (client.properties().features.matmul.mma.iter()).any(|c| {
+        c.a_type == ty && c.b_type == ty && c.cd_type == f32 && (c.m, c.n, c.k) == (16, 8, 16)
+    })
 }
 
 thread_local! {
@@ -117,15 +155,26 @@ pub fn launch<R: Runtime>(
     }
     let size = problem.dtype.size();
     let m = problem.m;
-    let (rows, most) = grid_item(m, problem.dtype);
+    let mut item = grid_item(m, problem.dtype, has_mma(&client, problem.dtype));
+    let kp = problem.widths[..count]
+        .iter()
+        .max()
+        .map_or(16, |k| k.next_multiple_of(16));
+    let max_shared = client.properties().hardware.max_shared_memory_size;
+    if item.mma && GridConfig::mma_bytes(item.rows, kp) > max_shared {
+        item = grid_item(m, problem.dtype, false);
+    }
     let mut config = GridConfig {
         dtype: problem.dtype,
         layers: count,
         vector: [1; 4],
         activation: [Activation::None; 4],
         bias: [false; 4],
-        rows,
+        rows: item.rows,
+        mma: item.mma,
+        kp: if item.mma { kp } else { 0 },
     };
+    let rows = item.rows;
     let mut items = 0;
     let mut w_row = [0u32; 4];
     for (i, layer) in layers.iter().enumerate() {
@@ -137,11 +186,15 @@ pub fn launch<R: Runtime>(
         {
             return Err("weight rows and biases must be contiguous".into());
         }
-        config.vector[i] = super::vector_for(std::slice::from_ref(layer), most, size);
+        config.vector[i] = super::vector_for(std::slice::from_ref(layer), item.columns, size);
         config.activation[i] = layer.epilogue.activation();
         config.bias[i] = layer.bias.is_some();
         w_row[i] = layer.w.handle.strides[r - 2] as u32;
-        items = items.max(problem.widths[i + 1] / config.vector[i] * m.div_ceil(rows));
+        let groups = match item.mma {
+            true => problem.widths[i + 1].div_ceil(item.columns),
+            false => problem.widths[i + 1] / config.vector[i],
+        };
+        items = items.max(groups * m.div_ceil(rows));
     }
     let sms = client
         .properties()
@@ -224,6 +277,8 @@ mod tests {
             ],
             bias: [true, false, true, false],
             rows: 4,
+            mma: false,
+            kp: 0,
         };
         let source = config.source();
         for line in [
@@ -242,5 +297,43 @@ mod tests {
             ..config
         };
         assert!(f32.source().contains("#define TO_F32(v) (v)"));
+        // The macros the host prepends, before the kernel's own text.
+        let macros = &source[..source.len() - KERNEL_SOURCE.len()];
+        assert!(macros.contains("#define MMA 0"));
+        assert!(!macros.contains("MMA_TYPE") && !macros.contains("#define KP"));
+        assert_eq!(config.shared_bytes(), 0);
+    }
+
+    #[test]
+    fn tensor_core_items_define_their_type_and_tile() {
+        let config = GridConfig {
+            dtype: DType::F16,
+            layers: 2,
+            vector: [8, 2, 1, 1],
+            activation: [
+                Activation::Relu,
+                Activation::None,
+                Activation::None,
+                Activation::None,
+            ],
+            bias: [true, true, false, false],
+            rows: 32,
+            mma: true,
+            kp: 784,
+        };
+        let source = config.source();
+        for line in [
+            "#define MMA 1",
+            "#define MMA_TYPE f16",
+            "#define KP 784",
+            "#define ROWS 32",
+        ] {
+            assert!(source.contains(line), "{line}");
+        }
+        // 32 rows of 792, 784 weight rows of 16 bytes, 8 warps' 32 × 8 partial tiles.
+        assert_eq!(
+            config.shared_bytes(),
+            32 * 792 * 2 + 784 * 16 + 8 * 32 * 8 * 4
+        );
     }
 }

@@ -51,18 +51,48 @@ pub const MAX_CHAIN_ROWS: usize = 4;
 /// tensor-core kernels win.
 pub const MAX_CHAIN_M: usize = 64;
 
-/// Rows of one work item of the grid-wide kernel (CUDA; its threads keep rows × vector
+/// Rows of one FMA work item of the grid-wide kernel (CUDA; its threads keep rows × vector
 /// accumulators in registers). Here, not in `grid`, because the cost model predicts the
 /// kernel on every build.
 pub const GRID_ROWS: usize = 8;
 
-/// Rows and columns (one vector of at most 16 bytes) of one grid-wide work item over `m`
-/// rows of `dtype`: the columns are the most a layer's weights allow.
-pub fn grid_item(m: usize, dtype: DType) -> (usize, usize) {
-    (
-        m.next_power_of_two().min(GRID_ROWS),
-        (16 / dtype.size()).max(1),
-    )
+/// The fewest rows for which the grid-wide kernel's work items use tensor cores (half types
+/// on sm_80 or later). Measured on an H100 (`benches/results/nvidia-h100-chain.md`,
+/// 2026-11-26, 784→512→512→10 bf16): from 6 rows on they win (11.2 µs against 11.6 at 6
+/// rows, 11.9 against 18.0 at 32); at 1, 2 and 4 rows the FMA items do (9.5, 10.0 and 10.6 µs
+/// against 11.0-11.2).
+pub const GRID_MMA_MIN_M: usize = 5;
+
+/// One work item of the grid-wide kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridItem {
+    /// Rows of the item.
+    pub rows: usize,
+    /// Columns of the item (FMA items: at most one 16-byte vector; the weights may allow
+    /// fewer).
+    pub columns: usize,
+    /// Whether the item runs on tensor cores (`mma.sync` m16n8k16, 8 columns, 16 or 32 rows).
+    pub mma: bool,
+}
+
+/// The grid-wide work item over `m` rows of `dtype`, where `mma` says whether the device has
+/// `dtype`'s m16n8k16 tensor-core product (see [`GRID_MMA_MIN_M`]).
+pub fn grid_item(m: usize, dtype: DType, mma: bool) -> GridItem {
+    let half = matches!(dtype, DType::BF16 | DType::F16);
+    if mma && half && m >= GRID_MMA_MIN_M {
+        // 16-row items up to 32 rows (one wave of 128 at 32 rows × 512 columns), 32 beyond.
+        let rows = if m <= 32 { 16 } else { 32 };
+        return GridItem {
+            rows,
+            columns: 8,
+            mma: true,
+        };
+    }
+    GridItem {
+        rows: m.next_power_of_two().min(GRID_ROWS),
+        columns: (16 / dtype.size()).max(1),
+        mma: false,
+    }
 }
 
 /// Compile-time layout of one chain launch.
@@ -720,6 +750,30 @@ mod tests {
     fn layer(w: &[usize], bias: bool) -> (&[usize], Option<&[usize]>, DType, Epilogue) {
         let bias: Option<&[usize]> = bias.then_some(&w[w.len() - 1..]);
         (w, bias, DType::F32, Epilogue::Relu)
+    }
+
+    #[test]
+    fn grid_items_take_tensor_cores_from_five_half_rows() {
+        let fma = |rows, columns| GridItem {
+            rows,
+            columns,
+            mma: false,
+        };
+        let mma = |rows| GridItem {
+            rows,
+            columns: 8,
+            mma: true,
+        };
+        assert_eq!(grid_item(1, DType::BF16, true), fma(1, 8));
+        assert_eq!(grid_item(4, DType::F16, true), fma(4, 8));
+        assert_eq!(grid_item(5, DType::F16, true), mma(16));
+        assert_eq!(grid_item(8, DType::BF16, true), mma(16));
+        assert_eq!(grid_item(32, DType::F16, true), mma(16));
+        assert_eq!(grid_item(33, DType::BF16, true), mma(32));
+        // f32 keeps its FMA items (tensor cores would round it to tf32), and so does a
+        // device without the product.
+        assert_eq!(grid_item(32, DType::F32, true), fma(8, 4));
+        assert_eq!(grid_item(32, DType::BF16, false), fma(8, 8));
     }
 
     #[test]
