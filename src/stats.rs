@@ -135,7 +135,13 @@ pub(crate) fn record_egg(device: &str, elapsed: Duration, limited: bool) {
 }
 
 pub(crate) fn pattern<'a>(stats: &'a mut FusionStats, name: &str) -> &'a mut PatternStats {
-    stats.patterns.entry(name.to_string()).or_default()
+    // Called on every execution: allocate the key only the first time.
+    if !stats.patterns.contains_key(name) {
+        stats
+            .patterns
+            .insert(name.to_string(), PatternStats::default());
+    }
+    stats.patterns.get_mut(name).expect("inserted above")
 }
 
 /// What Hypatia did on `device` so far: matches, fused launches, declines and fallbacks by

@@ -72,7 +72,8 @@ pub(super) fn run_chain<R: CubeRuntime>(
     {
         return ChainRun::PerLayer;
     }
-    let all_ops: Vec<usize> = steps.iter().flat_map(|s| s.ops.iter().copied()).collect();
+    // Only the fallbacks below run the steps' own ops.
+    let all_ops = || steps.iter().flat_map(|s| s.ops.iter().copied());
     if first_launch {
         before_first_launch(&client, device_key);
     }
@@ -90,12 +91,12 @@ pub(super) fn run_chain<R: CubeRuntime>(
         .collect();
     let outputs = launch_mlp_chain(&problem, limits, &x_operand, &layers);
     if first_launch && let Err(reason) = after_first_launch(&client) {
-        run_unfused(all_ops, context, execution);
+        run_unfused(all_ops(), context, execution);
         return ChainRun::Failed(reason);
     }
     if verify != VerifyMode::Off {
         // Burn's ops produce what the user reads; the chain's output is only compared.
-        run_unfused(all_ops, context, execution);
+        run_unfused(all_ops(), context, execution);
         let tf32 = has_matrix_units(&client, DType::F32);
         let last_w = &weights[weights.len() - 1];
         return match compare(last, [&x, last_w], outputs, context, tf32) {

@@ -64,11 +64,10 @@ struct ChainCheck {
 /// What decides whether a chain runs as one launch, besides the layouts: the real shapes of its
 /// input and weights, and the policies in force.
 fn chain_key<H>(steps: &[&FusedLinear], context: &Context<H>) -> Vec<usize> {
-    let shape = |id| context.tensors.get(id).map(|t| t.shape.as_ref().to_vec());
     let mut key = vec![chain_policy() as usize, execution_policy() as usize];
     let tensors = std::iter::once(&steps[0].x).chain(steps.iter().map(|s| &s.w));
     for reference in tensors {
-        let dims = shape(&reference.id).unwrap_or_default();
+        let dims = (context.tensors.get(&reference.id)).map_or(&[][..], |t| t.shape.as_ref());
         key.push(dims.len());
         key.extend(dims);
     }
@@ -395,8 +394,9 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 Step::Run(_) | Step::BiasGrad(_) => None,
             })
             .collect();
-        let key = chain_key(&steps, context);
-        if chain.declined.as_ref() == Some(&key) {
+        // Keyed only when there is a decline to compare with (the key is a few allocations).
+        if (chain.declined.as_ref()).is_some_and(|declined| *declined == chain_key(&steps, context))
+        {
             return None;
         }
         let first_launch = check.launched == 0;
@@ -415,7 +415,8 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         );
         let verified = match outcome {
             ChainRun::PerLayer => {
-                chain.declined = Some(key);
+                // Nothing ran: the context still holds the shapes the key reads.
+                chain.declined = Some(chain_key(&steps, context));
                 return None;
             }
             ChainRun::Ran { verified } => verified,

@@ -223,6 +223,7 @@ pub fn check_half<F: burn_cubecl::FloatElement>() {
 /// A 784→512→512→10 MLP (Linear+ReLU, Linear+ReLU, Linear) in `F` runs as one MLP-chain
 /// launch per forward and equals Burn's forward, at batches that take the grid-wide kernel's
 /// FMA items (1, 4) and its tensor-core items (5, 8, 32, 33, 64) on CUDA, plus a rank-3 input.
+#[allow(dead_code)] // used by tests/half_*.rs only
 pub fn check_half_chain<F: burn_cubecl::FloatElement>() {
     let device = device();
     let dtype = F::dtype();

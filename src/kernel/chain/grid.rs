@@ -8,7 +8,10 @@
 //! handed to CubeCL like the [Hopper kernel](crate::kernel::hopper):
 //!
 //! - a work item is up to 8 rows × one 16-byte vector of a layer's output columns; each of a
-//!   block's 256 threads takes a slice of `k`, and the block reduces the slices;
+//!   block's 256 threads takes a slice of `k`, and the block reduces the slices. From
+//!   [`GRID_MMA_MIN_M`](super::GRID_MMA_MIN_M) rows on, bf16 and f16 items on sm_80+ are 16 or
+//!   32 rows × 8 columns on tensor cores instead (`mma.sync` m16n8k16 fed by `ldmatrix` from a
+//!   shared-memory copy of the item's inputs and weights; [`grid_item`]);
 //! - the blocks (at most one per SM) claim items from a counter per layer, and a layer's
 //!   items start once the previous layer's are all counted done. A block waits only while
 //!   it holds no unfinished earlier item, so a launch completes even when other streams'
@@ -131,11 +134,41 @@ fn has_mma<R: Runtime>(client: &ComputeClient<R>, dtype: DType) -> bool {
     })
 }
 
+/// One thread's buffers for its launches on one device. Per thread because CubeCL gives each
+/// thread its own stream: its launches run one after the other, while two launches from two
+/// threads may run at once and must not share them.
+struct ThreadBuffers {
+    /// The work counters (`NEXT`, `DONE` and `EXITED` in the kernel): zeroed once, left
+    /// zeroed by every launch.
+    counters: Handle,
+    /// The hidden activations, the largest any launch asked for so far: reused, not allocated
+    /// per launch (stream order keeps one launch's use from overlapping the next's).
+    scratch: Handle,
+}
+
 thread_local! {
-    /// Each thread's work counters per device (`NEXT`, `DONE` and `EXITED` in the kernel):
-    /// zeroed once, left zeroed by every launch. Per thread because CubeCL gives each thread
-    /// its own stream, and two launches running at once must not share counters.
-    static COUNTERS: RefCell<HashMap<(u16, u16), Handle>> = RefCell::new(HashMap::new());
+    static BUFFERS: RefCell<HashMap<(u16, u16), ThreadBuffers>> = RefCell::new(HashMap::new());
+}
+
+/// This thread's counters and a scratch buffer of at least `bytes` on `client`'s `device`.
+fn thread_buffers<R: Runtime>(
+    client: &ComputeClient<R>,
+    device: cubecl::device::DeviceId,
+    bytes: usize,
+) -> (Handle, Handle) {
+    BUFFERS.with(|buffers| {
+        let mut buffers = buffers.borrow_mut();
+        let entry = buffers
+            .entry((device.type_id, device.index_id))
+            .or_insert_with(|| ThreadBuffers {
+                counters: client.create_from_slice(&[0u8; 64]),
+                scratch: client.empty(bytes),
+            });
+        if (entry.scratch.size() as usize) < bytes {
+            entry.scratch = client.empty(bytes);
+        }
+        (entry.counters.clone(), entry.scratch.clone())
+    })
 }
 
 /// Runs a chain that [`check_chain`](super::check_chain) accepted into a new contiguous
@@ -208,15 +241,8 @@ pub fn launch<R: Runtime>(
     let x_row = super::row_stride(x);
     let hidden = problem.widths[1..count].iter().copied().max().unwrap_or(1);
     let out = alloc(&x.handle, &problem.out_shape, problem.dtype);
-    let scratch = client.empty((2 * m * hidden).max(1) * size);
     let device = cubecl::device::Device::to_id(&x.handle.device);
-    let counter = COUNTERS.with(|counters| {
-        counters
-            .borrow_mut()
-            .entry((device.type_id, device.index_id))
-            .or_insert_with(|| client.create_from_slice(&[0u8; 64]))
-            .clone()
-    });
+    let (counter, scratch) = thread_buffers(&client, device, (2 * m * hidden).max(1) * size);
 
     let mut words = vec![
         m as u32,
