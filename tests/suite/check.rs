@@ -202,13 +202,20 @@ pub const SHAPES: &[Case] = &[
     case(5, 300, 1),
 ];
 
+/// Whether the test device computes in `F` (else the half tests say they are skipped).
+fn has_arithmetic<F: burn_cubecl::FloatElement>() -> bool {
+    let dtype = F::dtype();
+    let supported = PlainOf::<F>::supports_dtype(&device(), dtype);
+    if !supported {
+        eprintln!("skipped: this device has no {dtype:?} arithmetic");
+    }
+    supported
+}
+
 /// The half-precision suite for float type `F` (each in its own test binary: see `forward`).
 #[allow(dead_code)] // used by tests/half_*.rs only
 pub fn check_half<F: burn_cubecl::FloatElement>() {
-    let device = device();
-    let dtype = F::dtype();
-    if !PlainOf::<F>::supports_dtype(&device, dtype) {
-        eprintln!("skipped: this device has no {dtype:?} arithmetic");
+    if !has_arithmetic::<F>() {
         return;
     }
     check::<PlainOf<F>, FusedOf<F>, 2>(SHAPES);
@@ -225,12 +232,11 @@ pub fn check_half<F: burn_cubecl::FloatElement>() {
 /// FMA items (1, 4) and its tensor-core items (5, 8, 32, 33, 64) on CUDA, plus a rank-3 input.
 #[allow(dead_code)] // used by tests/half_*.rs only
 pub fn check_half_chain<F: burn_cubecl::FloatElement>() {
-    let device = device();
-    let dtype = F::dtype();
-    if !PlainOf::<F>::supports_dtype(&device, dtype) {
-        eprintln!("skipped: this device has no {dtype:?} arithmetic");
+    if !has_arithmetic::<F>() {
         return;
     }
+    let device = device();
+    let dtype = F::dtype();
     let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
     let sizes = [784, 512, 512, 10];
     let fused = Mlp::<FusedOf<F>>::new(sizes, true, &device);
