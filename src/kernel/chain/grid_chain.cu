@@ -2,10 +2,9 @@
 // every SM, each layer starting once the previous one is done. See grid.rs for the host side.
 //
 // The host prepends: ELEM, TO_F32, FROM_F32, LOAD_X (the first layer's input load), ROWS (rows
-// per work item), LAYERS, MMA (1: tensor-core items, of PTX type MMA_TYPE, bf16 or f16, with KP
-// the widest layer input rounded up to 16), and per
-// layer i < LAYERS: VEC<i> (columns per work item, a vector of at most 16 bytes), ACT<i>
-// (0: none, 1: Burn's relu) and BIAS<i> (0/1).
+// per work item), LAYERS, MMA (1: tensor-core items of PTX type MMA_TYPE, bf16 or f16, with KP
+// the widest layer input rounded up to 16), and per layer i < LAYERS: VEC<i> (columns per FMA
+// work item, a vector of at most 16 bytes), ACT<i> (0: none, 1: Burn's relu) and BIAS<i> (0/1).
 //
 // Without MMA a work item is ROWS rows × VEC<i> columns of layer i. Its block's 256 threads
 // split k, each keeping its slice's products for every row and column in registers; the warps
