@@ -246,22 +246,8 @@ pub fn check_half_chain<F: burn_cubecl::FloatElement>() {
         poison::<FusedOf<F>>(1 << 16, &device);
         let before = chain_launches();
         let (actual, expected) = match *shape {
-            [_, _] => (
-                fused
-                    .forward(Tensor::<FusedOf<F>, 2>::from_data(x.clone(), &device))
-                    .into_data(),
-                plain
-                    .forward(Tensor::<PlainOf<F>, 2>::from_data(x, &device))
-                    .into_data(),
-            ),
-            [_, _, _] => (
-                fused
-                    .forward(Tensor::<FusedOf<F>, 3>::from_data(x.clone(), &device))
-                    .into_data(),
-                plain
-                    .forward(Tensor::<PlainOf<F>, 3>::from_data(x, &device))
-                    .into_data(),
-            ),
+            [_, _] => forwards::<F, 2>(&fused, &plain, x),
+            [_, _, _] => forwards::<F, 3>(&fused, &plain, x),
             _ => unreachable!("rank 2 or 3"),
         };
         assert_eq!(
@@ -276,4 +262,16 @@ pub fn check_half_chain<F: burn_cubecl::FloatElement>() {
         check(&[m, 784]);
     }
     check(&[3, 7, 784]);
+}
+
+/// `x` through the same MLP on Hypatia and on Burn.
+fn forwards<F: burn_cubecl::FloatElement, const D: usize>(
+    fused: &Mlp<FusedOf<F>>,
+    plain: &Mlp<PlainOf<F>>,
+    x: TensorData,
+) -> (TensorData, TensorData) {
+    let device = device();
+    let actual = fused.forward(Tensor::<FusedOf<F>, D>::from_data(x.clone(), &device));
+    let expected = plain.forward(Tensor::<PlainOf<F>, D>::from_data(x, &device));
+    (actual.into_data(), expected.into_data())
 }
