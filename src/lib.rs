@@ -30,8 +30,9 @@
 //! 5. **[`fallback`]**: whatever Hypatia does not claim, or cannot run, runs on the inner backend
 //!    exactly as before, and Burn's own fusers still see every op Hypatia leaves alone.
 //!
-//! [`runtime`] holds the burn-fusion roles that tie the stages together, [`backend`] the type that
-//! forwards every op to the inner `CubeBackend`, and [`stats()`] tells what was fused and why not.
+//! [`runtime`] holds the burn-fusion roles that tie the stages together, [`backend`] the types that
+//! forward every op (to burn-fusion, and from it to the inner `CubeBackend`), and [`stats()`]
+//! tells what was fused and why not.
 //!
 //! The rewrite stage needs no device:
 //!
@@ -57,7 +58,7 @@ pub mod rewrite;
 pub mod runtime;
 mod stats;
 
-pub use backend::HypatiaBackend;
+pub use backend::{HypatiaBackend, HypatiaFusion};
 pub use runtime::{HypatiaFuser, HypatiaOptimization, HypatiaRuntime};
 pub use stats::{EggStats, FusionStats, HostStats, PatternStats, reset_stats, stats};
 
@@ -71,22 +72,26 @@ use burn_fusion::{Fusion, FusionBackend};
 pub trait Decorate {
     /// The delegating backend whose fusion runtime is Hypatia's.
     type Backend: FusionBackend;
+    /// What `Hypatia<Self>` names: burn-fusion over [`Decorate::Backend`].
+    type Fusion: burn_backend::Backend;
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Decorate
     for Fusion<CubeBackend<R, F, I, BT>>
 {
     type Backend = HypatiaBackend<R, F, I, BT>;
+    type Fusion = HypatiaFusion<R, F, I, BT>;
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Decorate
     for CubeBackend<R, F, I, BT>
 {
     type Backend = HypatiaBackend<R, F, I, BT>;
+    type Fusion = HypatiaFusion<R, F, I, BT>;
 }
 
 /// `B` with Hypatia's fused Linear kernels: `Hypatia<Wgpu>`, `Hypatia<Cuda<bf16>>`, ...
-pub type Hypatia<B> = Fusion<<B as Decorate>::Backend>;
+pub type Hypatia<B> = <B as Decorate>::Fusion;
 
 /// The book's chapters as doc tests: `cargo test` compiles and runs every Rust block in
 /// `book/src`, so a snippet that stops compiling or asserting fails CI.

@@ -81,6 +81,9 @@ pub struct HostStats {
     /// `sync` calls that asked the device thread for its fence without blocking, and spun on
     /// the answer ([`SyncPolicy`](crate::kernel::SyncPolicy)).
     pub spin_syncs: u64,
+    /// `Hypatia<B>::sync` calls whose caller spun on burn-fusion's answer instead of parking
+    /// ([`SyncPolicy`](crate::kernel::SyncPolicy), `runtime::submit`).
+    pub caller_spins: u64,
 }
 
 /// What Hypatia did on one device since the process started (or since [`reset_stats`]).

@@ -1,6 +1,6 @@
 //! The `forward!` macro behind every file of this folder, and [`Rebind`].
 
-use super::{HypatiaBackend, Inner};
+use super::{Fused, HypatiaBackend, HypatiaFusion, Inner};
 use burn_backend::TensorPrimitive;
 use burn_backend::ops::{
     DeformConv2dBackward, MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward,
@@ -23,7 +23,7 @@ use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 /// Methods returning `impl Future` forward the inner future as is.
 macro_rules! forward {
     ($trait:ident<$inner:ty> {
-        $(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*
+        $(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $([$device:ident])?;)*
     }) => {
         $(
             fn $name($($arg: $ty),*) -> $ret {
@@ -60,6 +60,28 @@ macro_rules! forward_read {
 
 pub(crate) use forward_read;
 
+/// [`forward!`] for [`HypatiaFusion`](super::HypatiaFusion): the op is recorded by
+/// burn-fusion's `Fusion`, then handed to burn-fusion's thread under the submit policy
+/// (`runtime::submit::submitted`). An op marked `[device]` (it names a device: the ops that
+/// create tensors, and moves) first starts Hypatia's service there (`runtime::submit::start`).
+macro_rules! submit {
+    ($trait:ident<$inner:ty> {
+        $(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $([$device:ident])?;)*
+    }) => {
+        $(
+            fn $name($($arg: $ty),*) -> $ret {
+                use $crate::backend::forward::Rebind as _;
+                $($crate::runtime::submit::start($device);)?
+                let out = <$inner as $trait<$inner>>::$name($($arg.rebind()),*).rebind();
+                $crate::runtime::submit::submitted();
+                out
+            }
+        )*
+    };
+}
+
+pub(crate) use submit;
+
 /// The same value seen with the other backend as type parameter.
 pub(crate) trait Rebind<T> {
     fn rebind(self) -> T;
@@ -71,24 +93,29 @@ impl<T> Rebind<T> for T {
     }
 }
 
-/// Implements [`Rebind`] both ways for a struct generic over the backend, field by field.
+/// Implements [`Rebind`] both ways for a struct generic over the backend, field by field,
+/// between the two backends of each pair that share their tensor primitives.
 macro_rules! rebind_struct {
     ($($name:ident { $($field:ident),* })*) => {$(
-        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-            Rebind<$name<Inner<R, F, I, BT>>> for $name<HypatiaBackend<R, F, I, BT>>
-        {
-            fn rebind(self) -> $name<Inner<R, F, I, BT>> {
-                $name { $($field: self.$field),* }
-            }
-        }
-        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
-            Rebind<$name<HypatiaBackend<R, F, I, BT>>> for $name<Inner<R, F, I, BT>>
-        {
-            fn rebind(self) -> $name<HypatiaBackend<R, F, I, BT>> {
-                $name { $($field: self.$field),* }
-            }
-        }
+        rebind_struct!(@pair $name { $($field),* } HypatiaBackend, Inner);
+        rebind_struct!(@pair $name { $($field),* } HypatiaFusion, Fused);
     )*};
+    (@pair $name:ident { $($field:ident),* } $a:ident, $b:ident) => {
+        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+            Rebind<$name<$b<R, F, I, BT>>> for $name<$a<R, F, I, BT>>
+        {
+            fn rebind(self) -> $name<$b<R, F, I, BT>> {
+                $name { $($field: self.$field),* }
+            }
+        }
+        impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
+            Rebind<$name<$a<R, F, I, BT>>> for $name<$b<R, F, I, BT>>
+        {
+            fn rebind(self) -> $name<$a<R, F, I, BT>> {
+                $name { $($field: self.$field),* }
+            }
+        }
+    };
 }
 
 rebind_struct! {
@@ -122,6 +149,8 @@ macro_rules! rebind_transaction {
 
 rebind_transaction!(HypatiaBackend => Inner);
 rebind_transaction!(Inner => HypatiaBackend);
+rebind_transaction!(HypatiaFusion => Fused);
+rebind_transaction!(Fused => HypatiaFusion);
 
 macro_rules! rebind_primitive {
     ($from:ident => $to:ident) => {
@@ -140,3 +169,5 @@ macro_rules! rebind_primitive {
 
 rebind_primitive!(HypatiaBackend => Inner);
 rebind_primitive!(Inner => HypatiaBackend);
+rebind_primitive!(HypatiaFusion => Fused);
+rebind_primitive!(Fused => HypatiaFusion);

@@ -378,6 +378,50 @@ impl core::str::FromStr for SyncPolicy {
     }
 }
 
+/// When `Hypatia<B>` hands the ops it records to burn-fusion's thread (see `runtime::submit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmitPolicy {
+    /// [`Eager`](Self::Eager) on machines of at least `runtime::sync::SPIN_MIN_CORES` cores,
+    /// else [`Batched`](Self::Batched) (the default).
+    Auto,
+    /// After each op, so burn-fusion's thread fuses the ops while the caller records the next
+    /// ones, instead of all of them once the caller syncs.
+    Eager,
+    /// Ops wait in burn-fusion's queue until it fills (32 tasks) or the caller syncs or reads,
+    /// as under Burn's `Fusion`.
+    Batched,
+}
+
+static SUBMIT_POLICY: Setting<SubmitPolicy> = Setting::new(
+    "HYPATIA_SUBMIT",
+    "submit",
+    &[
+        (SubmitPolicy::Auto, "auto"),
+        (SubmitPolicy::Eager, "eager"),
+        (SubmitPolicy::Batched, "batched"),
+    ],
+);
+
+/// Sets the submit policy for the whole process. Without a call,
+/// `HYPATIA_SUBMIT=auto|eager|batched` decides, and `Auto` if unset.
+pub fn set_submit_policy(policy: SubmitPolicy) {
+    SUBMIT_POLICY.set(policy);
+}
+
+/// The submit policy in force.
+pub fn submit_policy() -> SubmitPolicy {
+    SUBMIT_POLICY.get()
+}
+
+impl core::str::FromStr for SubmitPolicy {
+    type Err = String;
+
+    /// A policy by the name `HYPATIA_SUBMIT` takes: `auto`, `eager` or `batched`.
+    fn from_str(name: &str) -> Result<Self, String> {
+        SUBMIT_POLICY.parse(name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,6 +467,16 @@ mod tests {
             &["auto", "never", "blocks"],
             &[Auto, Never, Blocks],
             "always",
+        );
+    }
+
+    #[test]
+    fn submit_policies_parse_by_their_env_names() {
+        use SubmitPolicy::*;
+        assert_parses(
+            &["auto", "eager", "batched"],
+            &[Auto, Eager, Batched],
+            "lazy",
         );
     }
 

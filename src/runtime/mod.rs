@@ -4,7 +4,8 @@
 //! [`BurnFuser`]), so Burn keeps fusing what Hypatia leaves alone. The fuser's `finish` is where
 //! capture → rewrite → plan runs; [`LinearOptimization`] executes a plan (kernel, or fallback).
 //! [`race`] times a step against Burn's own fused matmul where the real shapes could favour it.
-//! [`sync`] is the backend's wait for the device, without parking burn-fusion's thread at once.
+//! [`sync`] is the backend's wait for the device, without parking burn-fusion's thread at once;
+//! [`submit`] is how the caller's thread hands ops to burn-fusion's thread and waits for them.
 //! Pitfall: burn-fusion caches optimizations by relative window and replays them without
 //! calling any fuser, so an optimization must read real shapes and scalars from the context.
 
@@ -14,6 +15,7 @@ mod fuser;
 mod linear;
 mod optimization;
 pub mod race;
+pub mod submit;
 pub mod sync;
 
 pub use burn::*;

@@ -61,7 +61,7 @@ pub fn sync<R: CubeRuntime>(device: &R::Device) -> Result<(), ExecutionError> {
 
 /// Whether [`SyncPolicy::Auto`] spins: on enough cores, and while CubeCL's profiling log is off
 /// (`ComputeClient::sync` prints its summaries, so then Burn's path is taken).
-fn auto_spins() -> bool {
+pub(super) fn auto_spins() -> bool {
     static SPINS: OnceLock<bool> = OnceLock::new();
     *SPINS.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
@@ -81,13 +81,20 @@ fn request_fence<R: CubeRuntime>(device: &R::Device) -> Fence {
     let stream = StreamId::current();
     handle.submit(move |server: &mut R::Server| reply.send(server.sync(stream)));
     handle.flush_queue();
-    answer.wait()
+    answer.wait().unwrap_or_else(|| {
+        Box::pin(async {
+            Err(ServerError::Generic {
+                reason: "the device thread dropped Hypatia's sync request".into(),
+                backtrace: Default::default(),
+            })
+        })
+    })
 }
 
 /// A one-shot answer its receiver spins on, then parks for.
-struct Answer {
+pub(super) struct Answer<T> {
     state: AtomicU8,
-    fence: Mutex<Option<Fence>>,
+    value: Mutex<Option<T>>,
     receiver: Thread,
 }
 
@@ -96,32 +103,26 @@ const SENT: u8 = 1;
 /// The task was dropped unrun, or panicked, before sending.
 const LOST: u8 = 2;
 
-impl Answer {
-    fn new() -> Self {
+impl<T> Answer<T> {
+    pub(super) fn new() -> Self {
         Self {
             state: AtomicU8::new(PENDING),
-            fence: Mutex::new(None),
+            value: Mutex::new(None),
             receiver: std::thread::current(),
         }
     }
 
-    fn wait(&self) -> Fence {
+    /// The value sent, or `None` when the [`Reply`] was dropped unsent.
+    pub(super) fn wait(&self) -> Option<T> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
             match self.state.load(Ordering::Acquire) {
                 SENT => {
-                    let fence = self.fence.lock().unwrap_or_else(|p| p.into_inner()).take();
-                    return fence.expect("a sent answer holds its fence");
+                    let value = self.value.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    return Some(value.expect("a sent answer holds its value"));
                 }
-                LOST => {
-                    return Box::pin(async {
-                        Err(ServerError::Generic {
-                            reason: "the device thread dropped Hypatia's sync request".into(),
-                            backtrace: Default::default(),
-                        })
-                    });
-                }
+                LOST => return None,
                 _ => {}
             }
             spins += 1;
@@ -141,17 +142,17 @@ impl Answer {
     }
 }
 
-/// The device thread's side of an [`Answer`]; dropped unsent, it says the answer is lost.
-struct Reply(Arc<Answer>);
+/// The other thread's side of an [`Answer`]; dropped unsent, it says the answer is lost.
+pub(super) struct Reply<T>(pub(super) Arc<Answer<T>>);
 
-impl Reply {
-    fn send(self, fence: Fence) {
-        *self.0.fence.lock().unwrap_or_else(|p| p.into_inner()) = Some(fence);
+impl<T> Reply<T> {
+    pub(super) fn send(self, value: T) {
+        *self.0.value.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
         self.0.finish(SENT);
     }
 }
 
-impl Drop for Reply {
+impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
         if self.0.state.load(Ordering::Acquire) == PENDING {
             self.0.finish(LOST);
@@ -180,7 +181,13 @@ mod tests {
                 false => drop(reply),
             }
         });
-        let result = cubecl::future::block_on(answer.wait());
+        let result = match answer.wait() {
+            Some(fence) => cubecl::future::block_on(fence),
+            None => Err(ServerError::Generic {
+                reason: "the device thread dropped Hypatia's sync request".into(),
+                backtrace: Default::default(),
+            }),
+        };
         let waited = start.elapsed();
         sender.join().unwrap();
         (result, waited)

@@ -200,6 +200,16 @@ impl SyncGuard {
     }
 }
 
+/// Sets the process's submit policy until the returned guard drops (then `Auto`).
+pub struct SubmitGuard;
+
+impl SubmitGuard {
+    pub fn set(policy: hypatia::kernel::SubmitPolicy) -> Restore {
+        hypatia::kernel::set_submit_policy(policy);
+        Restore(|| hypatia::kernel::set_submit_policy(hypatia::kernel::SubmitPolicy::Auto))
+    }
+}
+
 /// MLP-chain launches Hypatia ran so far on the test device.
 pub fn chain_launches() -> u64 {
     hypatia::stats(&device())

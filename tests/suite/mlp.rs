@@ -120,6 +120,20 @@ fn chained_layers_equal_burn_in_one_launch() {
     assert_eq!([after[0] - before[0], after[1] - before[1]], [2, 1]);
 }
 
+/// Ops handed to burn-fusion's thread one at a time, while the rest of the forward is still
+/// being recorded, make the same single chain launch.
+#[test]
+fn eager_submission_keeps_one_chain_launch() {
+    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let _submit = SubmitGuard::set(hypatia::kernel::SubmitPolicy::Eager);
+    let _sync = SyncGuard::set(hypatia::kernel::SyncPolicy::Spin);
+    for m in [1, 33] {
+        check_chained([m, 32], true, 1, false);
+    }
+    check_chained([2, 5, 32], true, 1, true);
+    check_chained([65, 32], true, 0, false);
+}
+
 #[test]
 fn no_chain_when_switched_off() {
     let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Never);

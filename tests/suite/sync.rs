@@ -1,16 +1,28 @@
-//! `B::sync` under each sync policy: it returns `Ok` once the queued work has run, from
-//! several threads at once, the results are Burn's, and the policy decides which wait runs.
+//! `B::sync` under each sync and submit policy: it returns `Ok` once the queued work has run,
+//! from several threads at once, the results are Burn's, and the policy decides which waits
+//! spin (burn-fusion's thread on CubeCL's, and the caller on burn-fusion's).
 
 use super::check::linear_relu_matches_burn;
 use super::common::*;
-use hypatia::kernel::SyncPolicy;
+use hypatia::kernel::{SubmitPolicy, SyncPolicy};
 use hypatia::runtime::sync::SPIN_MIN_CORES;
 
 const THREADS: usize = 3;
 const SYNCS: usize = 4;
 
-fn spin_syncs() -> u64 {
-    hypatia::stats(&device()).host.spin_syncs
+/// (spinning syncs of burn-fusion's thread, of the caller) so far.
+fn spins() -> (u64, u64) {
+    let host = hypatia::stats(&device()).host;
+    (host.spin_syncs, host.caller_spins)
+}
+
+fn run_threads() {
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| std::thread::spawn(move || forwards_and_syncs(t)))
+        .collect();
+    for thread in threads {
+        thread.join().expect("a thread's syncs");
+    }
 }
 
 /// One thread's Linear + ReLU forwards, each followed by a `sync`, then compared with Burn's.
@@ -36,13 +48,28 @@ fn every_sync_policy_waits_from_several_threads() {
         ),
     ] {
         let _sync = SyncGuard::set(policy);
-        let before = spin_syncs();
-        let threads: Vec<_> = (0..THREADS)
-            .map(|t| std::thread::spawn(move || forwards_and_syncs(t)))
-            .collect();
-        for thread in threads {
-            thread.join().expect("a thread's syncs");
+        let before = spins();
+        run_threads();
+        let after = spins();
+        let what = format!("{policy:?} on {cores} cores");
+        assert_eq!(after.0 - before.0, spun, "burn-fusion's thread, {what}");
+        assert_eq!(after.1 - before.1, spun, "the callers, {what}");
+    }
+}
+
+/// Ops handed to burn-fusion's thread one by one or in Burn's batches give Burn's results,
+/// under a spinning and a parking `sync`.
+#[test]
+fn every_submit_policy_gives_burns_results_from_several_threads() {
+    for submit in [
+        SubmitPolicy::Eager,
+        SubmitPolicy::Batched,
+        SubmitPolicy::Auto,
+    ] {
+        for sync in [SyncPolicy::Spin, SyncPolicy::Park] {
+            let _submit = SubmitGuard::set(submit);
+            let _sync = SyncGuard::set(sync);
+            run_threads();
         }
-        assert_eq!(spin_syncs() - before, spun, "{policy:?} on {cores} cores");
     }
 }

@@ -1,0 +1,123 @@
+//! How `Hypatia<B>` hands recorded ops to burn-fusion's thread, and waits for them.
+//!
+//! Under Burn's `Fusion`, an op is queued for burn-fusion's thread, which looks at nothing
+//! until 32 tasks are queued or the caller syncs or reads. A small forward (784→512→512→10
+//! is about a dozen tasks) is then fused, run and waited for only after the caller's `sync`,
+//! and the caller parks on a one-shot channel until burn-fusion's thread wakes it.
+//! [`HypatiaFusion`](crate::backend::HypatiaFusion) changes both, under the
+//! [`SubmitPolicy`] and [`SyncPolicy`] in force:
+//! - [`submitted`], after each op, flushes the queue so burn-fusion's thread fuses the ops
+//!   while the caller records the next ones;
+//! - [`fusion_sync`] queues burn-fusion's own `sync` and spins on its answer before parking.
+//!
+//! Both need a task of Hypatia's on burn-fusion's thread: [`Waiter`], a service of that
+//! thread's stage (CubeCL runs every service of a device and stage on one thread, in order).
+
+use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
+use crate::kernel::{SubmitPolicy, SyncPolicy, submit_policy, sync_policy};
+use crate::stats;
+use burn_backend::{Backend, ExecutionError};
+use burn_fusion::{Fusion, FusionBackend};
+use cubecl::device::{Device, DeviceId, DeviceService, DeviceServiceStage, ServerUtilitiesHandle};
+use cubecl::device_handle::DeviceHandle;
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// A service of no state on burn-fusion's stage of a device: its tasks run on burn-fusion's
+/// thread, after the ops queued before them.
+struct Waiter;
+
+impl DeviceService for Waiter {
+    fn init(_device: DeviceId) -> Self {
+        Waiter
+    }
+
+    fn utilities(&self) -> ServerUtilitiesHandle {
+        Arc::new(())
+    }
+
+    fn stage() -> DeviceServiceStage {
+        DeviceServiceStage::Upstream
+    }
+}
+
+/// The started [`Waiter`] of each device.
+static WAITERS: RwLock<Vec<(DeviceId, DeviceHandle<Waiter>)>> = RwLock::new(Vec::new());
+
+fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
+    let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
+    (waiters.iter().find(|(id, _)| *id == device)).map(|(_, handle)| handle.clone())
+}
+
+/// Whether ops are flushed as they are recorded.
+fn eager() -> bool {
+    static CORES: OnceLock<bool> = OnceLock::new();
+    match submit_policy() {
+        SubmitPolicy::Eager => true,
+        SubmitPolicy::Batched => false,
+        SubmitPolicy::Auto => *CORES.get_or_init(|| {
+            std::thread::available_parallelism().map_or(1, usize::from) >= SPIN_MIN_CORES
+        }),
+    }
+}
+
+/// Starts Hypatia's [`Waiter`] on `device`, once; called before each op that names a device
+/// (every tensor is created by one), so it starts before burn-fusion queues anything for
+/// Hypatia there.
+///
+/// CubeCL starts a service by queueing its start on the device's thread and waiting for it
+/// while it holds a lock that creating any service handle takes: a queued op that creates one
+/// (a new stream's fusers load their compute client) would deadlock. That is why it cannot
+/// start later, at a `sync`, when other threads may have ops queued; and a task on that
+/// thread cannot start it either, since the thread's services are borrowed while one runs.
+/// burn-fusion's own service starts the same way, at the device's first op.
+pub fn start<D: Device>(device: &D) {
+    let id = device.to_id();
+    if waiter(id).is_some() {
+        return;
+    }
+    let mut waiters = WAITERS.write().unwrap_or_else(|p| p.into_inner());
+    if !waiters.iter().any(|(known, _)| *known == id) {
+        waiters.push((id, DeviceHandle::<Waiter>::new(id)));
+    }
+}
+
+/// Called after each op `HypatiaFusion` records: under an eager [`SubmitPolicy`], flushes
+/// burn-fusion's queue of each device with a [`Waiter`] (each device Hypatia has tensors on),
+/// without waiting.
+pub fn submitted() {
+    if !eager() {
+        return;
+    }
+    let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
+    for (_, handle) in waiters.iter() {
+        handle.flush_queue();
+    }
+}
+
+/// `Fusion<B>::sync`: under a spinning [`SyncPolicy`], queued as a task of burn-fusion's thread
+/// with the caller spinning on its answer (up to `runtime::sync::SPIN`, then parked), instead
+/// of parking at once on burn-fusion's one-shot channel. The same drain and the same inner
+/// `sync` run, on the caller's stream.
+pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), ExecutionError> {
+    let spins = match sync_policy() {
+        SyncPolicy::Auto => auto_spins(),
+        SyncPolicy::Spin => true,
+        SyncPolicy::Park => false,
+    };
+    // No waiter: no tensor was created on `device` through `HypatiaFusion` (see [`start`]).
+    let handle = match waiter(device.to_id()) {
+        Some(handle) if spins => handle,
+        _ => return Fusion::<B>::sync(device),
+    };
+    stats::record(&stats::device_key(device), |s| s.host.caller_spins += 1);
+    let answer = Arc::new(Answer::new());
+    let reply = Reply(answer.clone());
+    let target = device.clone();
+    handle.submit(move |_: &mut Waiter| reply.send(Fusion::<B>::sync(&target)));
+    handle.flush_queue();
+    answer.wait().unwrap_or_else(|| {
+        Err(ExecutionError::WithContext {
+            reason: "burn-fusion's thread dropped Hypatia's sync request".into(),
+        })
+    })
+}
