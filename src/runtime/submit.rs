@@ -10,7 +10,7 @@
 //!   while the caller records the next ones;
 //! - [`fusion_sync`] queues burn-fusion's own `sync` and spins on its answer before parking.
 //!
-//! Both need a task of Hypatia's on burn-fusion's thread: [`Waiter`], a service of that
+//! Both need a task of Hypatia's on burn-fusion's thread: `Waiter`, a service of that
 //! thread's stage (CubeCL runs every service of a device and stage on one thread, in order).
 
 use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
@@ -40,7 +40,7 @@ impl DeviceService for Waiter {
     }
 }
 
-/// The started [`Waiter`] of each device.
+/// The started `Waiter` of each device.
 static WAITERS: RwLock<Vec<(DeviceId, DeviceHandle<Waiter>)>> = RwLock::new(Vec::new());
 
 fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
@@ -60,7 +60,7 @@ fn eager() -> bool {
     }
 }
 
-/// Starts Hypatia's [`Waiter`] on `device`, once; called before each op that names a device
+/// Starts Hypatia's `Waiter` on `device`, once; called before each op that names a device
 /// (every tensor is created by one), so it starts before burn-fusion queues anything for
 /// Hypatia there.
 ///
@@ -82,7 +82,7 @@ pub fn start<D: Device>(device: &D) {
 }
 
 /// Called after each op `HypatiaFusion` records: under an eager [`SubmitPolicy`], flushes
-/// burn-fusion's queue of each device with a [`Waiter`] (each device Hypatia has tensors on),
+/// burn-fusion's queue of each device with a `Waiter` (each device Hypatia has tensors on),
 /// without waiting.
 pub fn submitted() {
     if !eager() {
