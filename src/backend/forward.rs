@@ -82,6 +82,100 @@ macro_rules! submit {
 
 pub(crate) use submit;
 
+/// The `Backend` methods both backends forward as they are (all but `name` and `sync`).
+macro_rules! forward_backend {
+    ($inner:ty) => {
+        fn seed(device: &Self::Device, seed: u64) {
+            <$inner>::seed(device, seed)
+        }
+
+        fn ad_enabled(device: &Self::Device) -> bool {
+            <$inner>::ad_enabled(device)
+        }
+
+        fn memory_persistent_allocations<
+            Output: Send,
+            Input: Send,
+            Func: Fn(Input) -> Output + Send,
+        >(
+            device: &Self::Device,
+            input: Input,
+            func: Func,
+        ) -> Output {
+            <$inner>::memory_persistent_allocations(device, input, func)
+        }
+
+        fn memory_cleanup(device: &Self::Device) {
+            <$inner>::memory_cleanup(device)
+        }
+
+        fn staging<'a, Iter>(data: Iter, device: &Self::Device)
+        where
+            Iter: Iterator<Item = &'a mut burn_backend::TensorData>,
+        {
+            <$inner>::staging(data, device)
+        }
+
+        fn supports_dtype(device: &Self::Device, dtype: burn_backend::DType) -> bool {
+            <$inner>::supports_dtype(device, dtype)
+        }
+
+        fn dtype_usage(
+            device: &Self::Device,
+            dtype: burn_backend::DType,
+        ) -> burn_backend::DTypeUsageSet {
+            <$inner>::dtype_usage(device, dtype)
+        }
+
+        fn device_count(type_id: u16) -> usize {
+            <$inner>::device_count(type_id)
+        }
+    };
+}
+
+pub(crate) use forward_backend;
+
+/// `BackendIr`, forwarded: both backends share the inner backend's handle type.
+macro_rules! forward_backend_ir {
+    ($inner:ty) => {
+        type Handle = <$inner as burn_ir::BackendIr>::Handle;
+
+        fn float_tensor(handle: burn_ir::TensorHandle<Self::Handle>) -> FloatTensor<Self> {
+            <$inner>::float_tensor(handle)
+        }
+
+        fn int_tensor(handle: burn_ir::TensorHandle<Self::Handle>) -> IntTensor<Self> {
+            <$inner>::int_tensor(handle)
+        }
+
+        fn bool_tensor(handle: burn_ir::TensorHandle<Self::Handle>) -> BoolTensor<Self> {
+            <$inner>::bool_tensor(handle)
+        }
+
+        fn quantized_tensor(handle: burn_ir::TensorHandle<Self::Handle>) -> QuantizedTensor<Self> {
+            <$inner>::quantized_tensor(handle)
+        }
+
+        fn float_tensor_handle(tensor: FloatTensor<Self>) -> Self::Handle {
+            <$inner>::float_tensor_handle(tensor)
+        }
+
+        fn int_tensor_handle(tensor: IntTensor<Self>) -> Self::Handle {
+            <$inner>::int_tensor_handle(tensor)
+        }
+
+        fn bool_tensor_handle(tensor: BoolTensor<Self>) -> Self::Handle {
+            <$inner>::bool_tensor_handle(tensor)
+        }
+
+        fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> Self::Handle {
+            <$inner>::quantized_tensor_handle(tensor)
+        }
+    };
+}
+
+pub(crate) use forward_backend_ir;
+
 /// The same value seen with the other backend as type parameter.
 pub(crate) trait Rebind<T> {
     fn rebind(self) -> T;

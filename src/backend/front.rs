@@ -1,12 +1,13 @@
 //! [`HypatiaFusion`]: burn-fusion's `Fusion<HypatiaBackend>`, every op forwarded, with Hypatia's
 //! submission and `sync` (`runtime::submit`).
 
-use super::{HypatiaBackend, Inner};
+use super::HypatiaBackend;
+use super::forward::{forward_backend, forward_backend_ir};
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
-use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
+use burn_backend::{Backend, BackendTypes, ExecutionError};
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::{Fusion, FusionTensor};
-use burn_ir::{BackendIr, TensorHandle};
+use burn_ir::BackendIr;
 use core::marker::PhantomData;
 
 use crate::runtime::HypatiaRuntime;
@@ -64,88 +65,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
         format!("fusion<{}>", HypatiaBackend::<R, F, I, BT>::name(device))
     }
 
-    fn seed(device: &Self::Device, seed: u64) {
-        Fused::<R, F, I, BT>::seed(device, seed)
-    }
-
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
         crate::runtime::submit::fusion_sync::<HypatiaBackend<R, F, I, BT>>(device)
     }
 
-    fn ad_enabled(device: &Self::Device) -> bool {
-        Fused::<R, F, I, BT>::ad_enabled(device)
-    }
-
-    fn memory_persistent_allocations<
-        Output: Send,
-        Input: Send,
-        Func: Fn(Input) -> Output + Send,
-    >(
-        device: &Self::Device,
-        input: Input,
-        func: Func,
-    ) -> Output {
-        Fused::<R, F, I, BT>::memory_persistent_allocations(device, input, func)
-    }
-
-    fn memory_cleanup(device: &Self::Device) {
-        Fused::<R, F, I, BT>::memory_cleanup(device)
-    }
-
-    fn staging<'a, Iter>(data: Iter, device: &Self::Device)
-    where
-        Iter: Iterator<Item = &'a mut TensorData>,
-    {
-        Fused::<R, F, I, BT>::staging(data, device)
-    }
-
-    fn supports_dtype(device: &Self::Device, dtype: DType) -> bool {
-        Fused::<R, F, I, BT>::supports_dtype(device, dtype)
-    }
-
-    fn dtype_usage(device: &Self::Device, dtype: DType) -> DTypeUsageSet {
-        Fused::<R, F, I, BT>::dtype_usage(device, dtype)
-    }
-
-    fn device_count(type_id: u16) -> usize {
-        Inner::<R, F, I, BT>::device_count(type_id)
-    }
+    forward_backend!(Fused<R, F, I, BT>);
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BackendIr
     for HypatiaFusion<R, F, I, BT>
 {
-    type Handle = FusionTensor<HypatiaRuntime<R>>;
-
-    fn float_tensor(handle: TensorHandle<Self::Handle>) -> FloatTensor<Self> {
-        Fused::<R, F, I, BT>::float_tensor(handle)
-    }
-
-    fn int_tensor(handle: TensorHandle<Self::Handle>) -> IntTensor<Self> {
-        Fused::<R, F, I, BT>::int_tensor(handle)
-    }
-
-    fn bool_tensor(handle: TensorHandle<Self::Handle>) -> BoolTensor<Self> {
-        Fused::<R, F, I, BT>::bool_tensor(handle)
-    }
-
-    fn quantized_tensor(handle: TensorHandle<Self::Handle>) -> QuantizedTensor<Self> {
-        Fused::<R, F, I, BT>::quantized_tensor(handle)
-    }
-
-    fn float_tensor_handle(tensor: FloatTensor<Self>) -> Self::Handle {
-        Fused::<R, F, I, BT>::float_tensor_handle(tensor)
-    }
-
-    fn int_tensor_handle(tensor: IntTensor<Self>) -> Self::Handle {
-        Fused::<R, F, I, BT>::int_tensor_handle(tensor)
-    }
-
-    fn bool_tensor_handle(tensor: BoolTensor<Self>) -> Self::Handle {
-        Fused::<R, F, I, BT>::bool_tensor_handle(tensor)
-    }
-
-    fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> Self::Handle {
-        Fused::<R, F, I, BT>::quantized_tensor_handle(tensor)
-    }
+    forward_backend_ir!(Fused<R, F, I, BT>);
 }

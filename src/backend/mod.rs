@@ -43,12 +43,12 @@ pub use front::HypatiaFusion;
 
 use crate::runtime::HypatiaRuntime;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
-use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
+use burn_backend::{Backend, BackendTypes, DType, ExecutionError};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::FusionBackend;
-use burn_ir::{BackendIr, TensorHandle};
+use burn_ir::BackendIr;
 use core::marker::PhantomData;
+use forward::{forward_backend, forward_backend_ir};
 
 /// The inner backend every op is forwarded to.
 pub(crate) type Inner<R, F, I, BT> = CubeBackend<R, F, I, BT>;
@@ -101,10 +101,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
         format!("hypatia<{}>", Inner::<R, F, I, BT>::name(device))
     }
 
-    fn seed(device: &Self::Device, seed: u64) {
-        Inner::<R, F, I, BT>::seed(device, seed)
-    }
-
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
         // Errors Hypatia kept for the user first (see `fallback::defer_error`).
         let synced = crate::runtime::sync::sync::<R>(device);
@@ -114,82 +110,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
         }
     }
 
-    fn ad_enabled(device: &Self::Device) -> bool {
-        Inner::<R, F, I, BT>::ad_enabled(device)
-    }
-
-    fn memory_persistent_allocations<
-        Output: Send,
-        Input: Send,
-        Func: Fn(Input) -> Output + Send,
-    >(
-        device: &Self::Device,
-        input: Input,
-        func: Func,
-    ) -> Output {
-        Inner::<R, F, I, BT>::memory_persistent_allocations(device, input, func)
-    }
-
-    fn memory_cleanup(device: &Self::Device) {
-        Inner::<R, F, I, BT>::memory_cleanup(device)
-    }
-
-    fn staging<'a, Iter>(data: Iter, device: &Self::Device)
-    where
-        Iter: Iterator<Item = &'a mut TensorData>,
-    {
-        Inner::<R, F, I, BT>::staging(data, device)
-    }
-
-    fn supports_dtype(device: &Self::Device, dtype: DType) -> bool {
-        Inner::<R, F, I, BT>::supports_dtype(device, dtype)
-    }
-
-    fn dtype_usage(device: &Self::Device, dtype: DType) -> DTypeUsageSet {
-        Inner::<R, F, I, BT>::dtype_usage(device, dtype)
-    }
-
-    fn device_count(type_id: u16) -> usize {
-        Inner::<R, F, I, BT>::device_count(type_id)
-    }
+    forward_backend!(Inner<R, F, I, BT>);
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BackendIr
     for HypatiaBackend<R, F, I, BT>
 {
-    type Handle = CubeFusionHandle<R>;
-
-    fn float_tensor(handle: TensorHandle<Self::Handle>) -> FloatTensor<Self> {
-        Inner::<R, F, I, BT>::float_tensor(handle)
-    }
-
-    fn int_tensor(handle: TensorHandle<Self::Handle>) -> IntTensor<Self> {
-        Inner::<R, F, I, BT>::int_tensor(handle)
-    }
-
-    fn bool_tensor(handle: TensorHandle<Self::Handle>) -> BoolTensor<Self> {
-        Inner::<R, F, I, BT>::bool_tensor(handle)
-    }
-
-    fn quantized_tensor(handle: TensorHandle<Self::Handle>) -> QuantizedTensor<Self> {
-        Inner::<R, F, I, BT>::quantized_tensor(handle)
-    }
-
-    fn float_tensor_handle(tensor: FloatTensor<Self>) -> Self::Handle {
-        Inner::<R, F, I, BT>::float_tensor_handle(tensor)
-    }
-
-    fn int_tensor_handle(tensor: IntTensor<Self>) -> Self::Handle {
-        Inner::<R, F, I, BT>::int_tensor_handle(tensor)
-    }
-
-    fn bool_tensor_handle(tensor: BoolTensor<Self>) -> Self::Handle {
-        Inner::<R, F, I, BT>::bool_tensor_handle(tensor)
-    }
-
-    fn quantized_tensor_handle(tensor: QuantizedTensor<Self>) -> Self::Handle {
-        Inner::<R, F, I, BT>::quantized_tensor_handle(tensor)
-    }
+    forward_backend_ir!(Inner<R, F, I, BT>);
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FusionBackend
