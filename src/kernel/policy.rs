@@ -335,16 +335,19 @@ impl core::str::FromStr for FlushPolicy {
     }
 }
 
-/// How Hypatia's backend waits for the device in `Backend::sync` (see `runtime::sync`).
+/// How Hypatia's backends wait in `Backend::sync`: burn-fusion's thread for CubeCL's device
+/// thread (see `runtime::sync`), and `Hypatia<B>`'s caller for burn-fusion's thread (see
+/// `runtime::submit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncPolicy {
     /// [`Spin`](Self::Spin) on machines of at least `runtime::sync::SPIN_MIN_CORES` cores
     /// while CubeCL's profiling log is off, else [`Park`](Self::Park) (the default).
     Auto,
-    /// Ask CubeCL's device thread for its fence without blocking, and spin on the answer for
-    /// up to `runtime::sync::SPIN` before parking.
+    /// Ask CubeCL's device thread for its fence without blocking, and queue the caller's
+    /// `sync` on burn-fusion's thread without blocking; each waiter spins on its answer for up
+    /// to `runtime::sync::SPIN` before parking.
     Spin,
-    /// The inner backend's own `sync`, which parks burn-fusion's thread at once.
+    /// Burn's own waits, which park burn-fusion's thread and the caller at once.
     Park,
 }
 
