@@ -72,11 +72,13 @@ fn eager() -> bool {
 /// burn-fusion's own service starts the same way, at the device's first op.
 pub fn start<D: Device>(device: &D) {
     let id = device.to_id();
-    if waiter(id).is_some() {
+    let started = |waiters: &[(DeviceId, _)]| waiters.iter().any(|(known, _)| *known == id);
+    // Every tensor-creating op comes here: a read lock and a scan, no handle cloned.
+    if started(&WAITERS.read().unwrap_or_else(|p| p.into_inner())) {
         return;
     }
     let mut waiters = WAITERS.write().unwrap_or_else(|p| p.into_inner());
-    if !waiters.iter().any(|(known, _)| *known == id) {
+    if !started(&waiters) {
         waiters.push((id, DeviceHandle::<Waiter>::new(id)));
     }
 }
