@@ -279,13 +279,19 @@ impl core::str::FromStr for RacePolicy {
 pub enum FlushPolicy {
     /// Flush a block whose kernels are predicted (by the device [`Profile`]) to keep the GPU
     /// busy for at least [`AUTO_FLUSH_MIN_GPU_US`]: then the GPU, not the host, bounds the
-    /// step, and starting it early pays. The default.
+    /// step, and starting it early pays. A block that ran an MLP-chain launch (a small-batch
+    /// forward, whose caller waits for it next) is flushed too when the device thread has run
+    /// every earlier flush (`runtime::pace`). The default.
     Auto,
     /// Launches wait in CubeCL's buffer, as Burn's own do.
     Never,
     /// After each block Hypatia runs, its launches go to the device thread at once: the buffer
     /// is padded with no-op tasks (`DeviceHandle::flush_queue`, which does not wait).
     Blocks,
+    /// As [`Auto`](Self::Auto), and every smaller block is flushed when the device thread has
+    /// run every earlier flush (`runtime::pace`), chain launch or not. Not measured in
+    /// training.
+    Paced,
 }
 
 /// The predicted GPU time (µs) of a block's fused kernels from which [`FlushPolicy::Auto`]
@@ -295,10 +301,11 @@ pub enum FlushPolicy {
 pub const AUTO_FLUSH_MIN_GPU_US: f64 = 500.0;
 
 impl FlushPolicy {
-    /// Whether a block whose fused kernels are predicted to take `gpu_us` is flushed.
+    /// Whether a block whose fused kernels are predicted to take `gpu_us` is flushed whether or
+    /// not the device thread is busy.
     pub fn flushes(self, gpu_us: f64) -> bool {
         match self {
-            Self::Auto => gpu_us >= AUTO_FLUSH_MIN_GPU_US,
+            Self::Auto | Self::Paced => gpu_us >= AUTO_FLUSH_MIN_GPU_US,
             Self::Never => false,
             Self::Blocks => true,
         }
@@ -312,10 +319,11 @@ static FLUSH_POLICY: Setting<FlushPolicy> = Setting::new(
         (FlushPolicy::Auto, "auto"),
         (FlushPolicy::Never, "never"),
         (FlushPolicy::Blocks, "blocks"),
+        (FlushPolicy::Paced, "paced"),
     ],
 );
 
-/// Sets the flush policy for the whole process. Without a call, `HYPATIA_FLUSH=auto|never|blocks`
+/// Sets the flush policy for the whole process. Without a call, `HYPATIA_FLUSH=auto|never|blocks|paced`
 /// decides, and `Auto` if unset.
 pub fn set_flush_policy(policy: FlushPolicy) {
     FLUSH_POLICY.set(policy);
@@ -329,7 +337,7 @@ pub fn flush_policy() -> FlushPolicy {
 impl core::str::FromStr for FlushPolicy {
     type Err = String;
 
-    /// A policy by the name `HYPATIA_FLUSH` takes: `auto`, `never` or `blocks`.
+    /// A policy by the name `HYPATIA_FLUSH` takes: `auto`, `never`, `blocks` or `paced`.
     fn from_str(name: &str) -> Result<Self, String> {
         FLUSH_POLICY.parse(name)
     }
@@ -393,6 +401,12 @@ pub enum SubmitPolicy {
     /// Ops wait in burn-fusion's queue until it fills (32 tasks) or the caller syncs or reads,
     /// as under Burn's `Fusion`.
     Batched,
+    /// After an op, when burn-fusion's thread has run every earlier flush (`runtime::pace`):
+    /// as [`Eager`](Self::Eager), but the caller never waits for a busy thread to take the
+    /// queue; ops recorded meanwhile go with the next flush. The caller records faster, but
+    /// more is left for burn-fusion's thread at the `sync`: on the H100 a small forward took
+    /// longer than under `Eager` (`benches/results/nvidia-h100-chain.md`, fourth session).
+    Paced,
 }
 
 static SUBMIT_POLICY: Setting<SubmitPolicy> = Setting::new(
@@ -402,11 +416,12 @@ static SUBMIT_POLICY: Setting<SubmitPolicy> = Setting::new(
         (SubmitPolicy::Auto, "auto"),
         (SubmitPolicy::Eager, "eager"),
         (SubmitPolicy::Batched, "batched"),
+        (SubmitPolicy::Paced, "paced"),
     ],
 );
 
 /// Sets the submit policy for the whole process. Without a call,
-/// `HYPATIA_SUBMIT=auto|eager|batched` decides, and `Auto` if unset.
+/// `HYPATIA_SUBMIT=auto|eager|batched|paced` decides, and `Auto` if unset.
 pub fn set_submit_policy(policy: SubmitPolicy) {
     SUBMIT_POLICY.set(policy);
 }
@@ -419,7 +434,7 @@ pub fn submit_policy() -> SubmitPolicy {
 impl core::str::FromStr for SubmitPolicy {
     type Err = String;
 
-    /// A policy by the name `HYPATIA_SUBMIT` takes: `auto`, `eager` or `batched`.
+    /// A policy by the name `HYPATIA_SUBMIT` takes: `auto`, `eager`, `batched` or `paced`.
     fn from_str(name: &str) -> Result<Self, String> {
         SUBMIT_POLICY.parse(name)
     }
@@ -467,8 +482,8 @@ mod tests {
     fn flush_policies_parse_by_their_env_names() {
         use FlushPolicy::*;
         assert_parses(
-            &["auto", "never", "blocks"],
-            &[Auto, Never, Blocks],
+            &["auto", "never", "blocks", "paced"],
+            &[Auto, Never, Blocks, Paced],
             "always",
         );
     }
@@ -477,8 +492,8 @@ mod tests {
     fn submit_policies_parse_by_their_env_names() {
         use SubmitPolicy::*;
         assert_parses(
-            &["auto", "eager", "batched"],
-            &[Auto, Eager, Batched],
+            &["auto", "eager", "batched", "paced"],
+            &[Auto, Eager, Batched, Paced],
             "lazy",
         );
     }
@@ -499,6 +514,12 @@ mod tests {
         let (small, large) = (step([1024, 784, 2048, 10]), step([8192, 1024, 4096, 1024]));
         assert!(!FlushPolicy::Auto.flushes(small), "{small} µs flushed");
         assert!(FlushPolicy::Auto.flushes(large), "{large} µs not flushed");
+        // Paced flushes a small block only when the device thread is idle (`runtime::pace`).
+        assert!(
+            !FlushPolicy::Paced.flushes(small),
+            "{small} µs flushed while busy"
+        );
+        assert!(FlushPolicy::Paced.flushes(large), "{large} µs not flushed");
         for gpu_us in [small, large] {
             assert!(!FlushPolicy::Never.flushes(gpu_us));
             assert!(FlushPolicy::Blocks.flushes(gpu_us));

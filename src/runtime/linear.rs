@@ -2,6 +2,7 @@
 
 use super::HypatiaRuntime;
 use super::chain::{ChainRun, run_chain};
+use super::pace::Pace;
 use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
 use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
 use crate::fallback::{
@@ -22,7 +23,7 @@ use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
 use burn_ir::{ScalarIr, TensorIr, TensorStatus};
 use cubecl::Runtime;
-use cubecl::device::Device;
+use cubecl::device::{Device, DeviceService};
 use cubecl::device_handle::DeviceHandle;
 use cubecl::prelude::ComputeClient;
 use std::marker::PhantomData;
@@ -45,6 +46,10 @@ pub struct LinearOptimization<R: CubeRuntime> {
     /// CubeCL's channel to the device thread, to hand it this block's launches at once (see
     /// [`FlushPolicy`]).
     device_thread: DeviceHandle<<R as Runtime>::Server>,
+    /// The device thread's flushes (see [`FlushPolicy`]).
+    pace: &'static Pace,
+    /// Whether this execution ran an MLP-chain launch.
+    chained: bool,
     /// The device's profile, once an execution has looked at the device.
     profile: OnceLock<&'static Profile>,
     _runtime: PhantomData<R>,
@@ -113,6 +118,8 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             plan,
             device_key: stats::device_key(&device),
             device_thread: DeviceHandle::new(device.to_id()),
+            pace: Pace::of(device.to_id(), <R::Server as DeviceService>::stage()),
+            chained: false,
             profile: OnceLock::new(),
             summed: Vec::new(),
             _runtime: PhantomData,
@@ -140,21 +147,38 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         // Decided before the steps run: they may release the tensors whose shapes it reads.
         let policy = flush_policy();
         let gpu_us = match policy {
-            FlushPolicy::Auto => self.predicted_gpu_us(context),
+            FlushPolicy::Auto | FlushPolicy::Paced => self.predicted_gpu_us(context),
             FlushPolicy::Never | FlushPolicy::Blocks => 0.0,
         };
         let flush = policy.flushes(gpu_us);
+        self.chained = false;
         self.run_steps(context, execution);
-        if flush {
-            // Without waiting: the device thread starts on this block's launches now, instead
-            // of when 32 tasks have queued up behind them.
-            self.device_thread.flush_queue();
-        }
+        // Without waiting: the device thread starts on this block's launches now, instead of
+        // when 32 tasks have queued up behind them. A chain launch is a small-batch forward,
+        // whose caller waits for it next: flushed when the thread is idle, so the kernel
+        // starts while the caller's `sync` is still on its way.
+        let paced = match policy {
+            FlushPolicy::Paced => true,
+            FlushPolicy::Auto => self.chained,
+            FlushPolicy::Never | FlushPolicy::Blocks => false,
+        };
+        let flushed = match (flush, paced) {
+            (true, true) => {
+                self.pace.flush(&self.device_thread);
+                true
+            }
+            (true, false) => {
+                self.device_thread.flush_queue();
+                true
+            }
+            (false, true) => self.pace.flush_if_idle(&self.device_thread),
+            (false, false) => false,
+        };
         let nanos = start.elapsed().as_nanos() as u64;
         stats::record(&self.device_key, |s| {
             s.host.execute_nanos += nanos;
             s.host.executions += 1;
-            s.host.flushes += flush as u64;
+            s.host.flushes += flushed as u64;
         });
     }
 
@@ -437,6 +461,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         };
         check.launched |= Execution::Tiled.bit();
         check.verified |= verified;
+        self.chained = true;
         stats::record(&self.device_key, |s| {
             let chain = stats::pattern(s, CHAIN_PATTERN);
             chain.executed += 1;

@@ -5,7 +5,9 @@
 //! capture → rewrite → plan runs; [`LinearOptimization`] executes a plan (kernel, or fallback).
 //! [`race`] times a step against Burn's own fused matmul where the real shapes could favour it.
 //! [`sync`] is the backend's wait for the device, without parking burn-fusion's thread at once;
-//! [`submit`] is how the caller's thread hands ops to burn-fusion's thread and waits for them.
+//! [`submit`] is how the caller's thread hands ops to burn-fusion's thread and waits for them;
+//! [`pace`] keeps those hand-offs, and Hypatia's launches to CubeCL's thread, from waiting on a
+//! busy thread.
 //! Pitfall: burn-fusion caches optimizations by relative window and replays them without
 //! calling any fuser, so an optimization must read real shapes and scalars from the context.
 
@@ -14,6 +16,7 @@ mod chain;
 mod fuser;
 mod linear;
 mod optimization;
+pub mod pace;
 pub mod race;
 pub mod submit;
 pub mod sync;

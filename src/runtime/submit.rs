@@ -13,6 +13,7 @@
 //! Both need a task of Hypatia's on burn-fusion's thread: `Waiter`, a service of that
 //! thread's stage (CubeCL runs every service of a device and stage on one thread, in order).
 
+use super::pace::Pace;
 use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
 use crate::kernel::{SubmitPolicy, SyncPolicy, submit_policy, sync_policy};
 use crate::stats;
@@ -40,23 +41,30 @@ impl DeviceService for Waiter {
     }
 }
 
-/// The started `Waiter` of each device.
-static WAITERS: RwLock<Vec<(DeviceId, DeviceHandle<Waiter>)>> = RwLock::new(Vec::new());
+/// The started `Waiter` of each device, with the pace of burn-fusion's thread there.
+type Waiters = Vec<(DeviceId, DeviceHandle<Waiter>, &'static Pace)>;
+static WAITERS: RwLock<Waiters> = RwLock::new(Vec::new());
 
 fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
     let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
-    (waiters.iter().find(|(id, _)| *id == device)).map(|(_, handle)| handle.clone())
+    (waiters.iter().find(|(id, ..)| *id == device)).map(|(_, handle, _)| handle.clone())
 }
 
-/// Whether ops are flushed as they are recorded.
-fn eager() -> bool {
+/// The policy [`SubmitPolicy::Auto`] stands for here.
+fn submit_mode() -> SubmitPolicy {
     static CORES: OnceLock<bool> = OnceLock::new();
     match submit_policy() {
-        SubmitPolicy::Eager => true,
-        SubmitPolicy::Batched => false,
-        SubmitPolicy::Auto => *CORES.get_or_init(|| {
-            std::thread::available_parallelism().map_or(1, usize::from) >= SPIN_MIN_CORES
-        }),
+        SubmitPolicy::Auto => {
+            let cores = *CORES.get_or_init(|| {
+                std::thread::available_parallelism().map_or(1, usize::from) >= SPIN_MIN_CORES
+            });
+            if cores {
+                SubmitPolicy::Eager
+            } else {
+                SubmitPolicy::Batched
+            }
+        }
+        policy => policy,
     }
 }
 
@@ -72,27 +80,33 @@ fn eager() -> bool {
 /// burn-fusion's own service starts the same way, at the device's first op.
 pub fn start<D: Device>(device: &D) {
     let id = device.to_id();
-    let started = |waiters: &[(DeviceId, _)]| waiters.iter().any(|(known, _)| *known == id);
+    let started = |waiters: &Waiters| waiters.iter().any(|(known, ..)| *known == id);
     // Every tensor-creating op comes here: a read lock and a scan, no handle cloned.
     if started(&WAITERS.read().unwrap_or_else(|p| p.into_inner())) {
         return;
     }
     let mut waiters = WAITERS.write().unwrap_or_else(|p| p.into_inner());
     if !started(&waiters) {
-        waiters.push((id, DeviceHandle::<Waiter>::new(id)));
+        let pace = Pace::of(id, Waiter::stage());
+        waiters.push((id, DeviceHandle::<Waiter>::new(id), pace));
     }
 }
 
-/// Called after each op `HypatiaFusion` records: under an eager [`SubmitPolicy`], flushes
-/// burn-fusion's queue of each device with a `Waiter` (each device Hypatia has tensors on),
-/// without waiting.
+/// Called after each op `HypatiaFusion` records: under an eager or paced [`SubmitPolicy`],
+/// flushes burn-fusion's queue of each device with a `Waiter` (each device Hypatia has tensors
+/// on), without waiting; paced, only where that thread has run the earlier flushes.
 pub fn submitted() {
-    if !eager() {
-        return;
-    }
+    let paced = match submit_mode() {
+        SubmitPolicy::Batched => return,
+        mode => mode == SubmitPolicy::Paced,
+    };
     let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
-    for (_, handle) in waiters.iter() {
-        handle.flush_queue();
+    for (_, handle, pace) in waiters.iter() {
+        if paced {
+            pace.flush_if_idle(handle);
+        } else {
+            handle.flush_queue();
+        }
     }
 }
 

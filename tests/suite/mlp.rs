@@ -134,6 +134,35 @@ fn eager_submission_keeps_one_chain_launch() {
     check_chained([65, 32], true, 0, false);
 }
 
+/// Under the default flush policy a chain launch goes to the device thread at once when that
+/// thread is idle: after each read (which waits for everything) it is, so every forward's
+/// block is flushed; under `Never` none is. The results stay Burn's.
+#[test]
+fn chain_launches_are_flushed_to_an_idle_device_thread() {
+    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let device = device();
+    let model = Mlp::<Fused>::new(SIZES, true, &device);
+    let plain = Mlp::<Plain>::new(SIZES, true, &device);
+    let flushes = || hypatia::stats(&device).host.flushes;
+    for (policy, flushed) in [
+        (hypatia::kernel::FlushPolicy::Auto, true),
+        (hypatia::kernel::FlushPolicy::Never, false),
+    ] {
+        let _flush = FlushGuard::set(policy);
+        let before = (chain_launches(), flushes());
+        for seed in 0..4 {
+            let x = data(seed, &[3, SIZES[0]], 1.0);
+            let actual = model.forward(Tensor::<Fused, 2>::from_data(x.clone(), &device));
+            let expected = plain.forward(Tensor::<Plain, 2>::from_data(x, &device));
+            assert_close(&actual.into_data(), &expected.into_data(), F32_TOLERANCE);
+        }
+        let launches = chain_launches() - before.0;
+        assert_eq!(launches, 4, "{policy:?}: one chain launch a forward");
+        let expected = if flushed { launches } else { 0 };
+        assert_eq!(flushes() - before.1, expected, "{policy:?}");
+    }
+}
+
 #[test]
 fn no_chain_when_switched_off() {
     let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Never);

@@ -64,6 +64,7 @@ fn every_submit_policy_gives_burns_results_from_several_threads() {
     for submit in [
         SubmitPolicy::Eager,
         SubmitPolicy::Batched,
+        SubmitPolicy::Paced,
         SubmitPolicy::Auto,
     ] {
         for sync in [SyncPolicy::Spin, SyncPolicy::Park] {
