@@ -48,8 +48,6 @@ pub struct LinearOptimization<R: CubeRuntime> {
     device_thread: DeviceHandle<<R as Runtime>::Server>,
     /// The device thread's flushes (see [`FlushPolicy`]).
     pace: &'static Pace,
-    /// Whether this execution ran an MLP-chain launch.
-    chained: bool,
     /// The device's profile, once an execution has looked at the device.
     profile: OnceLock<&'static Profile>,
     _runtime: PhantomData<R>,
@@ -119,7 +117,6 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             device_key: stats::device_key(&device),
             device_thread: DeviceHandle::new(device.to_id()),
             pace: Pace::of(device.to_id(), <R::Server as DeviceService>::stage()),
-            chained: false,
             profile: OnceLock::new(),
             summed: Vec::new(),
             _runtime: PhantomData,
@@ -151,15 +148,14 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             FlushPolicy::Never | FlushPolicy::Blocks => 0.0,
         };
         let flush = policy.flushes(gpu_us);
-        self.chained = false;
-        self.run_steps(context, execution);
+        let chained = self.run_steps(context, execution);
         // Without waiting: the device thread starts on this block's launches now, instead of
         // when 32 tasks have queued up behind them. A chain launch is a small-batch forward,
         // whose caller waits for it next: flushed when the thread is idle, so the kernel
         // starts while the caller's `sync` is still on its way.
         let paced = match policy {
             FlushPolicy::Paced => true,
-            FlushPolicy::Auto => self.chained,
+            FlushPolicy::Auto => chained,
             FlushPolicy::Never | FlushPolicy::Blocks => false,
         };
         let flushed = match (flush, paced) {
@@ -203,23 +199,24 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         total
     }
 
+    /// Runs the plan's steps; returns whether an MLP-chain launch ran.
     fn run_steps(
         &mut self,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
-    ) {
+    ) -> bool {
         if let Err(reason) = check_guards(&self.plan, context) {
             for step in self.plan.fused() {
                 record_fallback(&self.device_key, step, &reason);
             }
             run_unfused(0..self.plan.len, context, execution);
-            return;
+            return false;
         }
         self.summed.clear();
-        let mut index = 0;
+        let (mut index, mut chained) = (0, false);
         while index < self.plan.steps.len() {
-            if let Some(end) = self.try_chain(index, context, execution) {
-                index = end;
+            if let Some((end, launched)) = self.try_chain(index, context, execution) {
+                (index, chained) = (end, chained || launched);
                 continue;
             }
             match self.race_turn(index, context) {
@@ -228,6 +225,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             }
             index += 1;
         }
+        chained
     }
 
     /// Runs step `index` on Hypatia's side: its kernel, or Burn's ops where that cannot run.
@@ -399,13 +397,14 @@ impl<R: CubeRuntime> LinearOptimization<R> {
 
 impl<R: CubeRuntime> LinearOptimization<R> {
     /// Runs the chained run starting at step `start` as one launch, if there is one and it
-    /// runs; returns the index after it. `None`: run the steps one by one.
+    /// runs; returns the index after it, and whether the launch ran (`false`: it failed and the
+    /// steps ran as Burn's ops). `None`: run the steps one by one.
     fn try_chain(
         &mut self,
         start: usize,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<HypatiaRuntime<R>>,
-    ) -> Option<usize> {
+    ) -> Option<(usize, bool)> {
         let chain = self.chains.iter_mut().find(|c| c.range.start == start)?;
         let (range, check) = (&chain.range, &mut chain.check);
         if check.broken.is_some() {
@@ -456,12 +455,11 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     *chain.fallbacks.entry(reason.key().to_string()).or_default() += 1;
                 });
                 check.broken = Some(reason);
-                return Some(range.end);
+                return Some((range.end, false));
             }
         };
         check.launched |= Execution::Tiled.bit();
         check.verified |= verified;
-        self.chained = true;
         stats::record(&self.device_key, |s| {
             let chain = stats::pattern(s, CHAIN_PATTERN);
             chain.executed += 1;
@@ -470,7 +468,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 stats::pattern(s, step.pattern()).chained += 1;
             }
         });
-        Some(range.end)
+        Some((range.end, true))
     }
 }
 
