@@ -639,15 +639,15 @@ fn run_chain<H: Half>(dev: &Device, c: ChainCase) -> Result<(), String> {
     };
     let layers: Vec<ChainLayer<'_, CudaRuntime>> = (weights.iter().enumerate())
         .map(|(i, (_, _, w, b))| ChainLayer {
-            w,
-            bias: c.bias.then_some(b),
+            w: w.as_ref(),
+            bias: c.bias.then_some(b.as_ref()),
             epilogue: epilogue(i),
         })
         .collect();
     let shapes: Vec<_> = (layers.iter())
         .map(|l| {
-            let bias = l.bias.map(|b| b.shape.as_slice());
-            (l.w.shape.as_slice(), bias, H::DTYPE, l.epilogue)
+            let bias = l.bias.map(|b| b.shape);
+            (l.w.shape, bias, H::DTYPE, l.epilogue)
         })
         .collect();
     let limits = ChainLimits::of(&dev.client);
@@ -662,7 +662,7 @@ fn run_chain<H: Half>(dev: &Device, c: ChainCase) -> Result<(), String> {
         dev.client
             .create_from_slice(&vec![0xC1u8; rows * n_last * 2]),
     );
-    let outputs = grid::launch(&problem, &x_operand, &layers)?;
+    let outputs = grid::launch(&problem, x_operand.as_ref(), &layers)?;
 
     // Reference: f64 products, each hidden layer rounded to the storage type as stored.
     let mut h: Vec<f64> = xb.iter().map(|&v| H::value(v)).collect();

@@ -68,8 +68,9 @@ static void CUPTIAPI completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             const CUpti_ActivityAPI* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
             const char* name = "?";
             cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, a->cbid, &name);
-            fprintf(out, "A,%llu,%llu,%u,%s\n", (unsigned long long)a->start,
-                    (unsigned long long)a->end, a->correlationId, name);
+            // The calling thread after the name: tools/timeline.py matches names by substring.
+            fprintf(out, "A,%llu,%llu,%u,%s@%u\n", (unsigned long long)a->start,
+                    (unsigned long long)a->end, a->correlationId, name, a->threadId);
             break;
         }
         default:

@@ -20,6 +20,34 @@ pub struct Operand<R: Runtime> {
     pub shape: Vec<usize>,
 }
 
+impl<R: Runtime> Operand<R> {
+    /// This operand, borrowed.
+    pub fn as_ref(&self) -> OperandRef<'_, R> {
+        OperandRef {
+            handle: &self.handle,
+            shape: &self.shape,
+        }
+    }
+}
+
+/// An [`Operand`] read in place: a replayed MLP chain borrows its handles and shapes from
+/// burn-fusion's context instead of cloning them (each clone takes shared reference counts).
+#[derive(Debug)]
+pub struct OperandRef<'a, R: Runtime> {
+    /// The device buffer, dtype and strides.
+    pub handle: &'a CubeFusionHandle<R>,
+    /// The real shape.
+    pub shape: &'a [usize],
+}
+
+impl<R: Runtime> Clone for OperandRef<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R: Runtime> Copy for OperandRef<'_, R> {}
+
 /// What one fused launch produced.
 #[derive(Debug)]
 pub struct LinearOutputs<R: Runtime> {

@@ -1,11 +1,19 @@
 //! Running a run of chained plan steps as one [MLP-chain launch](crate::kernel::chain).
+//!
+//! The decision (does the kernel take these sizes and layouts, does the cost model prefer one
+//! launch) is made once per [`ChainKey`] and kept in a [`ChainMemo`]: a replayed small-batch
+//! forward, whose whole latency is a few tens of microseconds of host time, only builds the
+//! key, compares it and launches, reading its operands in place.
 
 use super::HypatiaRuntime;
-use super::linear::{compare, operand, real_tensor, release};
+use super::linear::{compare, real_tensor, release};
 use crate::fallback::verify::VerifyMode;
 use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
-use crate::kernel::chain::{ChainLayer, ChainLimits, check_chain, launch_mlp_chain};
-use crate::kernel::{choose_chain, has_matrix_units};
+use crate::kernel::chain::{ChainLayer, ChainLimits, ChainProblem, check_chain, launch_mlp_chain};
+use crate::kernel::{
+    ChainPolicy, ExecutionPolicy, OperandRef, chain_policy, choose_chain, execution_policy,
+    has_matrix_units,
+};
 use crate::plan::FusedLinear;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -23,8 +31,77 @@ pub(super) enum ChainRun {
     Failed(FallbackReason),
 }
 
+/// Everything a chain's decision reads, as numbers: the policies in force, then per tensor
+/// (the input, each weight and bias, the output) its dtype, shape and strides. Built into a
+/// buffer reused from one execution to the next, so a replay allocates nothing for it.
+#[derive(Debug, Default)]
+pub(super) struct ChainKey(Vec<usize>);
+
+impl ChainKey {
+    /// Fills the key for `steps` in `context`; `false` when a tensor or handle is missing
+    /// (then nothing is decided, nor remembered).
+    fn fill<R: CubeRuntime>(
+        &mut self,
+        steps: &[&FusedLinear],
+        context: &Context<CubeFusionHandle<R>>,
+    ) -> bool {
+        let key = &mut self.0;
+        key.clear();
+        key.push(policy_number(chain_policy(), execution_policy()));
+        let last = steps[steps.len() - 1].out;
+        let weights = steps
+            .iter()
+            .flat_map(|s| [Some(s.w.id), s.bias.map(|b| b.id)]);
+        let tensors = std::iter::once(Some(steps[0].x.id)).chain(weights);
+        for id in tensors.chain([Some(last)]) {
+            let Some(id) = id else {
+                key.push(usize::MAX);
+                continue;
+            };
+            let Some(tensor) = context.tensors.get(&id) else {
+                return false;
+            };
+            key.extend([dtype_number(tensor.dtype), tensor.shape.len()]);
+            key.extend(tensor.shape.iter());
+            // The output is not made yet: its shape is all the decision reads of it.
+            if id == last {
+                continue;
+            }
+            let Some(handle) = context.handles.get_handle_ref(&tensor.id) else {
+                return false;
+            };
+            key.extend(handle.strides.iter());
+        }
+        true
+    }
+}
+
+/// The chain kernels' dtypes apart; every other dtype is one number, which no chain takes.
+fn dtype_number(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => 1,
+        DType::F16 => 2,
+        DType::BF16 => 3,
+        _ => 0,
+    }
+}
+
+fn policy_number(chain: ChainPolicy, execution: ExecutionPolicy) -> usize {
+    (chain as usize) << 8 | execution as usize
+}
+
+/// A chain's decision for the last key it was made for.
+#[derive(Debug)]
+pub(super) struct ChainMemo {
+    key: Vec<usize>,
+    /// The launch to make; `None`: one launch per layer.
+    launch: Option<(ChainProblem, ChainLimits)>,
+}
+
 /// Runs `steps` (a plan's chained run: each step's `x` is the previous step's `out`) as one
-/// launch, if the kernel takes the real sizes and the cost model prefers it.
+/// launch, if the kernel takes the real sizes and the cost model prefers it. `memo` holds the
+/// decision of the chain's last execution, `key` the buffer its key is built in.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run_chain<R: CubeRuntime>(
     steps: &[&FusedLinear],
     context: &mut Context<CubeFusionHandle<R>>,
@@ -32,7 +109,82 @@ pub(super) fn run_chain<R: CubeRuntime>(
     first_launch: bool,
     verify: VerifyMode,
     device_key: &str,
+    memo: &mut Option<ChainMemo>,
+    key: &mut ChainKey,
 ) -> ChainRun {
+    if !key.fill(steps, context) {
+        return ChainRun::PerLayer;
+    }
+    if memo.as_ref().is_none_or(|memo| memo.key != key.0) {
+        *memo = Some(ChainMemo {
+            key: key.0.clone(),
+            launch: decide(steps, context),
+        });
+    }
+    let Some((problem, limits)) = memo.as_ref().and_then(|memo| memo.launch.as_ref()) else {
+        return ChainRun::PerLayer;
+    };
+    let checked = first_launch || verify != VerifyMode::Off;
+    let (outputs, client) = {
+        // The operands, read in place (`fill` found every tensor and handle).
+        let read = |id| {
+            let tensor: &TensorIr = context.tensors.get(&id).expect("filled the key");
+            let handle = (context.handles.get_handle_ref(&tensor.id)).expect("filled the key");
+            OperandRef {
+                handle,
+                shape: tensor.shape.as_ref(),
+            }
+        };
+        let x = read(steps[0].x.id);
+        let client = checked.then(|| x.handle.client.clone());
+        if first_launch && let Some(client) = &client {
+            before_first_launch(client, device_key);
+        }
+        let layers: Vec<ChainLayer<'_, R>> = (steps.iter())
+            .map(|step| ChainLayer {
+                w: read(step.w.id),
+                bias: step.bias.map(|b| read(b.id)),
+                epilogue: step.epilogue,
+            })
+            .collect();
+        (launch_mlp_chain(problem, *limits, x, &layers), client)
+    };
+    let last = steps[steps.len() - 1];
+    // Only the fallbacks below run the steps' own ops.
+    let all_ops = || steps.iter().flat_map(|s| s.ops.iter().copied());
+    if let Some(client) = &client {
+        if first_launch && let Err(reason) = after_first_launch(client) {
+            run_unfused(all_ops(), context, execution);
+            return ChainRun::Failed(reason);
+        }
+        if verify != VerifyMode::Off {
+            // Burn's ops produce what the user reads; the chain's output is only compared.
+            let x = real_tensor(context, &steps[0].x.id);
+            let last_w = real_tensor(context, &last.w.id);
+            run_unfused(all_ops(), context, execution);
+            let tf32 = has_matrix_units(client, DType::F32);
+            return match compare(last, [&x, &last_w], outputs, context, tf32) {
+                Ok(()) => ChainRun::Ran { verified: true },
+                Err(reason) => ChainRun::Failed(reason),
+            };
+        }
+    }
+    // Release what the chain read last: the input and every weight and bias (the hidden
+    // activations between layers never existed).
+    let hidden = |id| steps[..steps.len() - 1].iter().any(|s| s.out == id);
+    let read = steps.iter().flat_map(|step| step.operands());
+    release(context, read.filter(|r| !hidden(r.id)));
+    let out = context.tensors.get(&last.out).expect("filled the key").id;
+    context.handles.register_handle(out, outputs.out);
+    ChainRun::Ran { verified: false }
+}
+
+/// Whether `steps` run as one launch at their real sizes: the kernel's bounds, the layouts it
+/// reads and the cost model; the launch's problem if so.
+fn decide<R: CubeRuntime>(
+    steps: &[&FusedLinear],
+    context: &Context<CubeFusionHandle<R>>,
+) -> Option<(ChainProblem, ChainLimits)> {
     let x = real_tensor(context, &steps[0].x.id);
     let weights: Vec<TensorIr> = steps
         .iter()
@@ -41,11 +193,8 @@ pub(super) fn run_chain<R: CubeRuntime>(
     let biases: Vec<Option<TensorIr>> = (steps.iter())
         .map(|s| s.bias.map(|b| real_tensor(context, &b.id)))
         .collect();
-    let Some(x_handle) = context.handles.get_handle_ref(&x.id) else {
-        return ChainRun::PerLayer;
-    };
-    let client = x_handle.client.clone();
-    let strides = x_handle.strides.to_vec();
+    let x_handle = context.handles.get_handle_ref(&x.id)?;
+    let client = &x_handle.client;
     let shapes: Vec<_> = (steps.iter().zip(&weights).zip(&biases))
         .map(|((step, w), b)| {
             let bias = b.as_ref().map(|b| b.shape.as_ref());
@@ -60,57 +209,12 @@ pub(super) fn run_chain<R: CubeRuntime>(
     };
     let layouts = weights.iter().chain(biases.iter().flatten());
     if !layouts.into_iter().all(contiguous_n) {
-        return ChainRun::PerLayer;
+        return None;
     }
-    let limits = ChainLimits::of(&client);
-    let Ok(problem) = check_chain((&x.shape, &strides, x.dtype), &shapes, limits) else {
-        return ChainRun::PerLayer;
-    };
+    let limits = ChainLimits::of(client);
+    let problem = check_chain((&x.shape, &x_handle.strides, x.dtype), &shapes, limits).ok()?;
     let last = steps[steps.len() - 1];
-    if !choose_chain(&problem, &client)
-        || real_tensor(context, &last.out).shape.as_ref() != problem.out_shape.as_slice()
-    {
-        return ChainRun::PerLayer;
-    }
-    // Only the fallbacks below run the steps' own ops.
-    let all_ops = || steps.iter().flat_map(|s| s.ops.iter().copied());
-    if first_launch {
-        before_first_launch(&client, device_key);
-    }
-    let x_operand = operand(context, &x);
-    let w_operands: Vec<_> = weights.iter().map(|w| operand(context, w)).collect();
-    let b_operands: Vec<_> = (biases.iter())
-        .map(|b| b.as_ref().map(|b| operand(context, b)))
-        .collect();
-    let layers: Vec<ChainLayer<'_, R>> = (steps.iter().zip(&w_operands).zip(&b_operands))
-        .map(|((step, w), b)| ChainLayer {
-            w,
-            bias: b.as_ref(),
-            epilogue: step.epilogue,
-        })
-        .collect();
-    let outputs = launch_mlp_chain(&problem, limits, &x_operand, &layers);
-    if first_launch && let Err(reason) = after_first_launch(&client) {
-        run_unfused(all_ops(), context, execution);
-        return ChainRun::Failed(reason);
-    }
-    if verify != VerifyMode::Off {
-        // Burn's ops produce what the user reads; the chain's output is only compared.
-        run_unfused(all_ops(), context, execution);
-        let tf32 = has_matrix_units(&client, DType::F32);
-        let last_w = &weights[weights.len() - 1];
-        return match compare(last, [&x, last_w], outputs, context, tf32) {
-            Ok(()) => ChainRun::Ran { verified: true },
-            Err(reason) => ChainRun::Failed(reason),
-        };
-    }
-    // Release what the chain read last: the input and every weight and bias (the hidden
-    // activations between layers never existed).
-    let hidden: Vec<_> = steps[..steps.len() - 1].iter().map(|s| s.out).collect();
-    let read = steps.iter().flat_map(|step| step.operands());
-    release(context, read.filter(|r| !hidden.contains(&r.id)));
-    context
-        .handles
-        .register_handle(real_tensor(context, &last.out).id, outputs.out);
-    ChainRun::Ran { verified: false }
+    let out_shape = context.tensors.get(&last.out).map(|t| t.shape.as_ref());
+    (choose_chain(&problem, client) && out_shape == Some(problem.out_shape.as_slice()))
+        .then_some((problem, limits))
 }

@@ -1,7 +1,7 @@
 //! [`LinearOptimization`]: runs a [`Plan`] — fused kernels, or Burn's ops where they can't run.
 
 use super::HypatiaRuntime;
-use super::chain::{ChainRun, run_chain};
+use super::chain::{ChainKey, ChainMemo, ChainRun, run_chain};
 use super::pace::Pace;
 use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
 use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
@@ -11,9 +11,9 @@ use crate::fallback::{
 use crate::kernel::chain::MAX_CHAIN_LAYERS;
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Execution, FlushPolicy, LinearOutputs, Operand, Profile, chain_policy,
-    check_gate, check_linear, choose_execution, execution_policy, flush_policy, has_matrix_units,
-    launch_bias_activation, launch_fused_linear,
+    EpilogueInputs, Execution, FlushPolicy, LinearOutputs, Operand, Profile, check_gate,
+    check_linear, choose_execution, flush_policy, has_matrix_units, launch_bias_activation,
+    launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::stats;
@@ -59,22 +59,10 @@ struct ChainCheck {
     range: Range<usize>,
     /// Its first launch and verification, as for a step.
     check: StepCheck,
-    /// The last sizes and policies (see [`chain_key`]) for which the chain ran layer by layer:
-    /// while they repeat, the steps run one by one without asking again.
-    declined: Option<Vec<usize>>,
-}
-
-/// What decides whether a chain runs as one launch, besides the layouts: the real shapes of its
-/// input and weights, and the policies in force.
-fn chain_key<H>(steps: &[&FusedLinear], context: &Context<H>) -> Vec<usize> {
-    let mut key = vec![chain_policy() as usize, execution_policy() as usize];
-    let tensors = std::iter::once(&steps[0].x).chain(steps.iter().map(|s| &s.w));
-    for reference in tensors {
-        let dims = (context.tensors.get(&reference.id)).map_or(&[][..], |t| t.shape.as_ref());
-        key.push(dims.len());
-        key.extend(dims);
-    }
-    key
+    /// The decision of its last execution, and the sizes and policies it was made for.
+    memo: Option<ChainMemo>,
+    /// The buffer this execution's key is built in.
+    key: ChainKey,
 }
 
 /// What is known of one fused step of this optimization.
@@ -110,7 +98,8 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 .map(|range| ChainCheck {
                     range,
                     check: StepCheck::default(),
-                    declined: None,
+                    memo: None,
+                    key: ChainKey::default(),
                 })
                 .collect(),
             plan,
@@ -417,11 +406,6 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 Step::Run(_) | Step::BiasGrad(_) => None,
             })
             .collect();
-        // Keyed only when there is a decline to compare with (the key is a few allocations).
-        if (chain.declined.as_ref()).is_some_and(|declined| *declined == chain_key(&steps, context))
-        {
-            return None;
-        }
         let first_launch = check.launched == 0;
         let verify = if check.verified {
             VerifyMode::Off
@@ -435,13 +419,11 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             first_launch,
             verify,
             &self.device_key,
+            &mut chain.memo,
+            &mut chain.key,
         );
         let verified = match outcome {
-            ChainRun::PerLayer => {
-                // Nothing ran: the context still holds the shapes the key reads.
-                chain.declined = Some(chain_key(&steps, context));
-                return None;
-            }
+            ChainRun::PerLayer => return None,
             ChainRun::Ran { verified } => verified,
             ChainRun::Failed(reason) => {
                 log::warn!("hypatia: mlp-chain runs layer by layer from now on: {reason}");
@@ -558,7 +540,9 @@ pub(super) fn release<H: Clone>(
     let mut released = Vec::new();
     for reference in consumed {
         if reference.status == TensorStatus::ReadWrite && !released.contains(&reference.id) {
-            let id = real_tensor(context, &reference.id).id;
+            let id = (context.tensors.get(&reference.id))
+                .expect("every tensor of a claimed block is in the context")
+                .id;
             context.handles.get_handle(&id, &TensorStatus::ReadWrite);
             released.push(reference.id);
         }

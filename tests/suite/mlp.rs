@@ -176,3 +176,37 @@ fn no_chain_when_switched_off() {
     );
     assert_close(&actual, &infer::<Plain, 2>([3, 32], true), F32_TOLERANCE);
 }
+
+/// One model, so one plan and one remembered chain decision: each forward must still follow
+/// its own sizes and the policy in force (batch 3 in one launch, batch 65 layer by layer, none
+/// while the policy says never), in any order, with Burn's results.
+#[test]
+fn a_remembered_chain_decision_follows_sizes_and_policy() {
+    use hypatia::kernel::ChainPolicy::{Always, Never};
+    let device = device();
+    let model = Mlp::<Fused>::new(SIZES, true, &device);
+    let plain = Mlp::<Plain>::new(SIZES, true, &device);
+    let forwards = [
+        (3, Always, 1),
+        (65, Always, 0),
+        (3, Always, 1),
+        (3, Never, 0),
+        (3, Always, 1),
+        (65, Always, 0),
+        (1, Always, 1),
+    ];
+    for (seed, (m, policy, launches)) in forwards.into_iter().enumerate() {
+        let _chain = ChainGuard::set(policy);
+        let before = chain_launches();
+        let x = data(seed as u64, &[m, SIZES[0]], 1.0);
+        let actual = model.forward(Tensor::<Fused, 2>::from_data(x.clone(), &device));
+        let actual = actual.into_data();
+        assert_eq!(
+            chain_launches() - before,
+            launches,
+            "forward {seed}: batch {m} under {policy:?}"
+        );
+        let expected = plain.forward(Tensor::<Plain, 2>::from_data(x, &device));
+        assert_close(&actual, &expected.into_data(), F32_TOLERANCE);
+    }
+}

@@ -24,7 +24,7 @@
 
 use super::{ChainLayer, ChainProblem, grid_item};
 use crate::kernel::cuda::{CudaSource, is_cuda, launch_source, pack_words};
-use crate::kernel::{Activation, LinearOutputs, Operand, alloc};
+use crate::kernel::{Activation, LinearOutputs, OperandRef, alloc};
 use burn_backend::DType;
 use cubecl::features::Plane;
 use cubecl::prelude::*;
@@ -175,7 +175,7 @@ fn thread_buffers<R: Runtime>(
 /// output, or says why this kernel cannot (nothing launched then).
 pub fn launch<R: Runtime>(
     problem: &ChainProblem,
-    x: &Operand<R>,
+    x: OperandRef<'_, R>,
     layers: &[ChainLayer<'_, R>],
 ) -> Result<LinearOutputs<R>, String> {
     let client = x.handle.client.clone();
@@ -240,7 +240,7 @@ pub fn launch<R: Runtime>(
     let x_strides = &x.handle.strides;
     let x_row = super::row_stride(x);
     let hidden = problem.widths[1..count].iter().copied().max().unwrap_or(1);
-    let out = alloc(&x.handle, &problem.out_shape, problem.dtype);
+    let out = alloc(x.handle, &problem.out_shape, problem.dtype);
     let device = cubecl::device::Device::to_id(&x.handle.device);
     let (counter, scratch) = thread_buffers(&client, device, (2 * m * hidden).max(1) * size);
 

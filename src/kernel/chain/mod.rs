@@ -28,7 +28,7 @@
 #[cfg(feature = "cuda")]
 pub mod grid;
 
-use super::{Activation, Epilogue, KernelError, LinearOutputs, Operand, activate, alloc};
+use super::{Activation, Epilogue, KernelError, LinearOutputs, OperandRef, activate, alloc};
 use burn_backend::{DType, Shape};
 use burn_std::Strides;
 use cubecl::prelude::*;
@@ -384,9 +384,9 @@ fn chain_layer<F: Float, N: Size>(
 #[derive(Clone, Debug)]
 pub struct ChainLayer<'a, R: Runtime> {
     /// The weight.
-    pub w: &'a Operand<R>,
+    pub w: OperandRef<'a, R>,
     /// The bias.
-    pub bias: Option<&'a Operand<R>>,
+    pub bias: Option<OperandRef<'a, R>>,
     /// [`Epilogue::Relu`] or [`Epilogue::Identity`].
     pub epilogue: Epilogue,
 }
@@ -606,7 +606,7 @@ pub fn check_chain(
 /// `n` and row stride, the weights and biases are contiguous along `n`, and every buffer starts
 /// on a multiple of the vector's bytes.
 fn vector_for<R: Runtime>(layers: &[ChainLayer<'_, R>], most: usize, size: usize) -> usize {
-    let aligned = |operand: &Operand<R>, bytes: usize| {
+    let aligned = |operand: OperandRef<'_, R>, bytes: usize| {
         (operand.handle.handle.offset_start.unwrap_or(0) as usize).is_multiple_of(bytes)
     };
     let fits = |v: usize| {
@@ -632,7 +632,7 @@ fn vector_for<R: Runtime>(layers: &[ChainLayer<'_, R>], most: usize, size: usize
 
 /// The distance between the rows of `x` ([`check_chain`] accepted its layout): the stride of
 /// the innermost leading dim that is not 1.
-fn row_stride<R: Runtime>(x: &Operand<R>) -> usize {
+fn row_stride<R: Runtime>(x: OperandRef<'_, R>) -> usize {
     let rank = x.shape.len();
     (0..rank - 1)
         .rev()
@@ -644,7 +644,7 @@ fn row_stride<R: Runtime>(x: &Operand<R>) -> usize {
 pub fn launch_mlp_chain<R: Runtime>(
     problem: &ChainProblem,
     limits: ChainLimits,
-    x: &Operand<R>,
+    x: OperandRef<'_, R>,
     layers: &[ChainLayer<'_, R>],
 ) -> LinearOutputs<R> {
     #[cfg(feature = "cuda")]
@@ -656,7 +656,7 @@ pub fn launch_mlp_chain<R: Runtime>(
             }
         }
     }
-    let out = alloc(&x.handle, &problem.out_shape, problem.dtype);
+    let out = alloc(x.handle, &problem.out_shape, problem.dtype);
     let client = x.handle.client.clone();
     let n_last = *problem.widths.last().expect("a chain has layers");
     let size = problem.dtype.size();
@@ -680,11 +680,11 @@ pub fn launch_mlp_chain<R: Runtime>(
     let rank = x.shape.len();
     let row_stride = row_stride(x);
     let x_arg = view(
-        &x.handle,
+        x.handle,
         [problem.m, problem.widths[0]],
         [row_stride, x_strides[rank - 1]],
     );
-    let dummy = || alloc(&x.handle, &[8], problem.dtype).into_tensor_arg(Shape::from(vec![8]));
+    let dummy = || alloc(x.handle, &[8], problem.dtype).into_tensor_arg(Shape::from(vec![8]));
     let mut flags = ChainFlags {
         layers: layers.len() as u32,
         bias: [false; MAX_CHAIN_LAYERS],
@@ -699,9 +699,9 @@ pub fn launch_mlp_chain<R: Runtime>(
         let (k, n) = (problem.widths[i], problem.widths[i + 1]);
         let s = &layer.w.handle.strides;
         let r = s.len();
-        let w = view(&layer.w.handle, [k, n], [s[r - 2], s[r - 1]]);
+        let w = view(layer.w.handle, [k, n], [s[r - 2], s[r - 1]]);
         let b = match layer.bias {
-            Some(bias) => view(&bias.handle, [n, 1], [1, 1]),
+            Some(bias) => view(bias.handle, [n, 1], [1, 1]),
             None => dummy(),
         };
         flags.bias[i] = layer.bias.is_some();
