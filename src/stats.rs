@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 /// Counters of one pattern (e.g. `linear-relu`).
@@ -84,6 +85,9 @@ pub struct HostStats {
     /// `Hypatia<B>::sync` calls whose caller spun on burn-fusion's answer instead of parking
     /// ([`SyncPolicy`](crate::kernel::SyncPolicy), `runtime::submit`).
     pub caller_spins: u64,
+    /// Linear biases read through the row view made of them before, instead of a new reshape
+    /// op (`Hypatia<B>::linear`, `runtime::bias`).
+    pub bias_views: u64,
 }
 
 /// What Hypatia did on one device since the process started (or since [`reset_stats`]).
@@ -110,6 +114,38 @@ impl FusionStats {
 fn registry() -> &'static Mutex<HashMap<String, FusionStats>> {
     static STATS: OnceLock<Mutex<HashMap<String, FusionStats>>> = OnceLock::new();
     STATS.get_or_init(Default::default)
+}
+
+/// Counters bumped on the caller's thread once per op or layer, where the registry's lock would
+/// cost more than what they count: one relaxed atomic each, read into every snapshot.
+#[derive(Debug, Default)]
+pub(crate) struct Hot {
+    bias_views: AtomicU64,
+}
+
+impl Hot {
+    /// [`HostStats::bias_views`].
+    pub(crate) fn bias_views(&'static self) -> &'static AtomicU64 {
+        &self.bias_views
+    }
+}
+
+/// The hot counters of each device key, leaked (one per device).
+static HOT: RwLock<Vec<(String, &'static Hot)>> = RwLock::new(Vec::new());
+
+/// The hot counters of `device` (a [`device_key`]).
+pub(crate) fn hot(device: &str) -> &'static Hot {
+    let find = |hot: &[(String, &'static Hot)]| hot.iter().find(|(k, _)| k == device).map(|h| h.1);
+    if let Some(hot) = find(&HOT.read().unwrap_or_else(|p| p.into_inner())) {
+        return hot;
+    }
+    let mut all = HOT.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(hot) = find(&all) {
+        return hot;
+    }
+    let hot: &'static Hot = Box::leak(Box::default());
+    all.push((device.to_string(), hot));
+    hot
 }
 
 pub(crate) fn device_key<D: core::fmt::Debug>(device: &D) -> String {
@@ -162,7 +198,10 @@ pub fn stats<D: core::fmt::Debug>(device: &D) -> FusionStats {
     let stats = registry()
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
-    stats.get(&device_key(device)).cloned().unwrap_or_default()
+    let key = device_key(device);
+    let mut snapshot = stats.get(&key).cloned().unwrap_or_default();
+    snapshot.host.bias_views = hot(&key).bias_views.load(Ordering::Relaxed);
+    snapshot
 }
 
 /// Clears the counters of `device`.
@@ -170,5 +209,7 @@ pub fn reset_stats<D: core::fmt::Debug>(device: &D) {
     let mut stats = registry()
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
-    stats.remove(&device_key(device));
+    let key = device_key(device);
+    stats.remove(&key);
+    hot(&key).bias_views.store(0, Ordering::Relaxed);
 }

@@ -3,7 +3,8 @@
 
 Usage: python3 tools/gen_forward.py <burn-backend-0.21.0/src/backend/ops> src/backend
 Writes, for each trait, a file of one-line signatures in a `methods!` macro, which the file expands
-twice: `forward!` (and `forward_read!`) for HypatiaBackend, `submit!` (and `forward!`) for HypatiaFusion.
+twice: `forward!` (and `forward_read!`) for HypatiaBackend, `submit!` (and `forward!`, and `own!`
+for the methods in OWN) for HypatiaFusion.
 Burn's traits name the backend `B`; the impls name it `Self`.
 """
 import re, sys, pathlib
@@ -56,6 +57,9 @@ def signatures(body):
         i += 1
     return out
 
+# Methods HypatiaFusion runs itself (`runtime::bias::OwnOps`) instead of forwarding them.
+OWN = {"ModuleOps": ["linear"]}
+
 OUT = {
     "FloatTensorOps": "float", "IntTensorOps": "int", "BoolTensorOps": "bool", "ModuleOps": "module",
     "ActivationOps": "activation", "QTensorOps": "qtensor", "TransactionOps": "transaction",
@@ -68,10 +72,11 @@ HEADER = """//! `{trait}`: every method forwards, in [`HypatiaBackend`] to the i
 
 use super::prelude::*;
 
-/// `{trait}`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`
-/// and the device queries to `$query!`, with `$inner` as the backend to forward to.
+/// `{trait}`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`,
+/// the device queries to `$query!` and the methods Hypatia runs itself to `$own!`, with `$inner`
+/// as the backend to forward to.
 macro_rules! methods {{
-    ($forward:ident, $read:ident, $query:ident, $inner:ty) => {{
+    ($forward:ident, $read:ident, $query:ident, $own:ident, $inner:ty) => {{
         $forward! {{ {trait}<$inner> {{
 """
 
@@ -79,13 +84,13 @@ FOOTER = """
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> {trait}<Self>
     for HypatiaBackend<R, F, I, BT>
 {{
-    methods!(forward, forward_read, forward, Inner<R, F, I, BT>);
+    methods!(forward, forward_read, forward, forward, Inner<R, F, I, BT>);
 }}
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> {trait}<Self>
     for HypatiaFusion<R, F, I, BT>
 {{
-    methods!(submit, forward, forward, Fused<R, F, I, BT>);
+    methods!(submit, forward, forward, own, Fused<R, F, I, BT>);
 }}
 """
 
@@ -100,15 +105,16 @@ for trait, file in TRAITS.items():
     # queue nothing, so `submit!` would flush an empty queue.
     reads = [s for s in sigs if re.match(r"fn \w+_into_data\(", s)]
     queries = [s for s in sigs if re.match(r"fn (float|int|bool|q)_device\(", s)]
+    own = [s for s in sigs if re.match(r"fn (\w+)\(", s).group(1) in OWN.get(trait, [])]
     for s in sigs:
-        if s not in reads and s not in queries:
+        if s not in reads and s not in queries and s not in own:
             # Ops that name a device (those that create tensors, and moves) say so, for
             # `submit!` to start Hypatia's service on it before burn-fusion queues anything.
             if re.search(r"\bdevice: &Device<Self>", s):
                 s = s[:-1] + " [device];"
             text += "            " + s + "\n"
     text += "        }}\n"
-    for macro, group in (("$read", reads), ("$query", queries)):
+    for macro, group in (("$read", reads), ("$query", queries), ("$own", own)):
         if group:
             text += "        " + macro + "! { " + trait + "<$inner> {\n"
             for s in group:

@@ -5,10 +5,11 @@
 
 use super::prelude::*;
 
-/// `FloatTensorOps`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`
-/// and the device queries to `$query!`, with `$inner` as the backend to forward to.
+/// `FloatTensorOps`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`,
+/// the device queries to `$query!` and the methods Hypatia runs itself to `$own!`, with `$inner`
+/// as the backend to forward to.
 macro_rules! methods {
-    ($forward:ident, $read:ident, $query:ident, $inner:ty) => {
+    ($forward:ident, $read:ident, $query:ident, $own:ident, $inner:ty) => {
         $forward! { FloatTensorOps<$inner> {
             fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> [device];
             fn float_random(shape: Shape, distribution: Distribution, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> [device];
@@ -145,11 +146,11 @@ macro_rules! methods {
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FloatTensorOps<Self>
     for HypatiaBackend<R, F, I, BT>
 {
-    methods!(forward, forward_read, forward, Inner<R, F, I, BT>);
+    methods!(forward, forward_read, forward, forward, Inner<R, F, I, BT>);
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> FloatTensorOps<Self>
     for HypatiaFusion<R, F, I, BT>
 {
-    methods!(submit, forward, forward, Fused<R, F, I, BT>);
+    methods!(submit, forward, forward, own, Fused<R, F, I, BT>);
 }

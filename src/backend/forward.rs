@@ -82,6 +82,25 @@ macro_rules! submit {
 
 pub(crate) use submit;
 
+/// [`submit!`] for the methods [`HypatiaFusion`](super::HypatiaFusion) runs itself
+/// (`runtime::bias::OwnOps`: a Linear's bias reshaped once), then hands to burn-fusion's
+/// thread under the submit policy.
+macro_rules! own {
+    ($trait:ident<$inner:ty> {
+        $(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*
+    }) => {
+        $(
+            fn $name($($arg: $ty),*) -> $ret {
+                let out = <Self as $crate::runtime::bias::OwnOps>::$name($($arg),*);
+                $crate::runtime::submit::submitted();
+                out
+            }
+        )*
+    };
+}
+
+pub(crate) use own;
+
 /// The `Backend` methods both backends forward as they are (all but `name` and `sync`).
 macro_rules! forward_backend {
     ($inner:ty) => {

@@ -5,14 +5,14 @@
 
 use super::prelude::*;
 
-/// `ModuleOps`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`
-/// and the device queries to `$query!`, with `$inner` as the backend to forward to.
+/// `ModuleOps`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`,
+/// the device queries to `$query!` and the methods Hypatia runs itself to `$own!`, with `$inner`
+/// as the backend to forward to.
 macro_rules! methods {
-    ($forward:ident, $read:ident, $query:ident, $inner:ty) => {
+    ($forward:ident, $read:ident, $query:ident, $own:ident, $inner:ty) => {
         $forward! { ModuleOps<$inner> {
             fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
             fn embedding_backward(weights: FloatTensor<Self>, output_grad: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
-            fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>) -> FloatTensor<Self>;
             fn linear_x_backward(weight: FloatTensor<Self>, output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
             fn linear_weight_backward(x: FloatTensor<Self>, output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
             fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
@@ -67,17 +67,20 @@ macro_rules! methods {
             fn rfft(signal: FloatTensor<Self>, dim: usize, n: Option<usize>) -> (FloatTensor<Self>, FloatTensor<Self>);
             fn irfft(spectrum_re: FloatTensor<Self>, spectrum_im: FloatTensor<Self>, dim: usize, n: Option<usize>) -> FloatTensor<Self>;
         }}
+        $own! { ModuleOps<$inner> {
+            fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>) -> FloatTensor<Self>;
+        }}
     };
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModuleOps<Self>
     for HypatiaBackend<R, F, I, BT>
 {
-    methods!(forward, forward_read, forward, Inner<R, F, I, BT>);
+    methods!(forward, forward_read, forward, forward, Inner<R, F, I, BT>);
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> ModuleOps<Self>
     for HypatiaFusion<R, F, I, BT>
 {
-    methods!(submit, forward, forward, Fused<R, F, I, BT>);
+    methods!(submit, forward, forward, own, Fused<R, F, I, BT>);
 }

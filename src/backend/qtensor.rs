@@ -5,10 +5,11 @@
 
 use super::prelude::*;
 
-/// `QTensorOps`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`
-/// and the device queries to `$query!`, with `$inner` as the backend to forward to.
+/// `QTensorOps`'s methods (those with defaults too), handed to `$forward!`, the reads to `$read!`,
+/// the device queries to `$query!` and the methods Hypatia runs itself to `$own!`, with `$inner`
+/// as the backend to forward to.
 macro_rules! methods {
-    ($forward:ident, $read:ident, $query:ident, $inner:ty) => {
+    ($forward:ident, $read:ident, $query:ident, $own:ident, $inner:ty) => {
         $forward! { QTensorOps<$inner> {
             fn q_from_data(data: TensorData, device: &Device<Self>) -> QuantizedTensor<Self> [device];
             fn quantize(tensor: FloatTensor<Self>, scheme: &QuantScheme, qparams: QuantizationParametersPrimitive<Self>) -> QuantizedTensor<Self>;
@@ -101,11 +102,11 @@ macro_rules! methods {
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> QTensorOps<Self>
     for HypatiaBackend<R, F, I, BT>
 {
-    methods!(forward, forward_read, forward, Inner<R, F, I, BT>);
+    methods!(forward, forward_read, forward, forward, Inner<R, F, I, BT>);
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> QTensorOps<Self>
     for HypatiaFusion<R, F, I, BT>
 {
-    methods!(submit, forward, forward, Fused<R, F, I, BT>);
+    methods!(submit, forward, forward, own, Fused<R, F, I, BT>);
 }

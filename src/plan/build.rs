@@ -360,7 +360,41 @@ fn position(window: &Window, candidate: &Candidate, ops: &BTreeSet<usize>) -> us
 }
 
 /// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
+///
+/// A bias whose row view (its reshape in the block) lives on after the block is read as that
+/// view: the reshape stays Burn's op, run before the step. That is a Linear's bias the second
+/// time a model runs it, when `runtime::bias` keeps the view for the forwards after.
 fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
+    match cover_ops(window, candidate) {
+        Err(Reason::KeepsIntermediate) => match kept_bias_view(window, candidate) {
+            Some(view) => cover_ops(
+                window,
+                &Candidate {
+                    bias: Some(view),
+                    ..candidate.clone()
+                },
+            ),
+            None => Err(Reason::KeepsIntermediate),
+        },
+        covered => covered,
+    }
+}
+
+/// The row view of `candidate`'s bias that the window makes (its reshape, which the
+/// candidate's add reads: the rewrite checked it is a row) and keeps after it.
+fn kept_bias_view(window: &Window, candidate: &Candidate) -> Option<TensorId> {
+    let bias = candidate.bias?;
+    let operands: HashSet<TensorId> = candidate.operands().collect();
+    let ops = producers(window, candidate.root, &operands).ok()?;
+    let view = (ops.iter().map(|&i| &window.ops()[i]))
+        .find(|op| op.kind == OpKind::Reshape && op.inputs.first().is_some_and(|t| t.id == bias))?
+        .out()
+        .id;
+    let readers: Vec<usize> = window.find_readers(view).collect();
+    (window.find_last_status(view, &readers) == Some(TensorStatus::ReadOnly)).then_some(view)
+}
+
+fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
     let operands: HashSet<TensorId> = candidate.operands().collect();
     let ops = producers(window, candidate.root, &operands)?;
     let ops_list: Vec<usize> = ops.iter().copied().collect();
@@ -637,6 +671,22 @@ fn assemble(
 ) -> Plan {
     let mut steps = Vec::new();
     let mut guards = Vec::new();
+    // An op left to Burn that reads only tensors made before the block, none of them for the
+    // last time (a row view of a parameter's bias that `runtime::bias` keeps for later
+    // forwards), runs first: in its place between two fused layers it would keep them from one
+    // MLP-chain launch. Nothing before it can change what it reads.
+    let hoisted: BTreeSet<usize> = (0..len)
+        .filter(|i| !covered.contains(i) && !sums.contains(i))
+        .filter(|&i| {
+            let op = &window.ops()[i];
+            !op.is_drop()
+                && !op.inputs.is_empty()
+                && (op.inputs.iter()).all(|t| {
+                    t.status == TensorStatus::ReadOnly && window.find_producer(t.id).is_none()
+                })
+        })
+        .collect();
+    steps.extend(hoisted.iter().map(|&index| Step::Run(index)));
     for index in 0..len {
         // Each step at its earliest position, before the op there (in a backward pass the
         // ops after a gradient matmul read its operands, and the last of them frees them).
@@ -694,7 +744,7 @@ fn assemble(
         }
         if sums.contains(&index) {
             steps.push(Step::BiasGrad(index));
-        } else if !covered.contains(&index) {
+        } else if !covered.contains(&index) && !hoisted.contains(&index) {
             steps.push(Step::Run(index));
         }
     }

@@ -11,6 +11,7 @@
 //! Pitfall: burn-fusion caches optimizations by relative window and replays them without
 //! calling any fuser, so an optimization must read real shapes and scalars from the context.
 
+pub(crate) mod bias;
 mod burn;
 mod chain;
 mod fuser;

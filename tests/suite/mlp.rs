@@ -210,3 +210,50 @@ fn a_remembered_chain_decision_follows_sizes_and_policy() {
         assert_close(&actual, &expected.into_data(), F32_TOLERANCE);
     }
 }
+
+/// A model's biases are the same tensors from one forward to the next: once reshaped twice,
+/// each Linear reads the row view made of its bias before (one reshape op less per layer), at
+/// every input rank, still in one chain launch per forward and with Burn's results.
+#[test]
+fn a_models_biases_are_reshaped_once() {
+    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let device = device();
+    let model = Mlp::<Fused>::new(SIZES, true, &device);
+    let plain = Mlp::<Plain>::new(SIZES, true, &device);
+    let views = || hypatia::stats(&device).host.bias_views;
+    let shapes: [&[usize]; 8] = [
+        &[3, 32],
+        &[3, 32],
+        &[3, 32],
+        &[5, 32],
+        &[1, 32],
+        // Rank 3: rows of rank 3, a view of its own for each bias.
+        &[2, 3, 32],
+        &[2, 3, 32],
+        &[2, 3, 32],
+    ];
+    for (forward, shape) in shapes.into_iter().enumerate() {
+        let before = (views(), chain_launches());
+        let x = data(forward as u64, shape, 1.0);
+        let (actual, expected) = if shape.len() == 2 {
+            let x = || TensorData::new(x.to_vec::<f32>().unwrap(), [shape[0], shape[1]]);
+            let actual = model.forward(Tensor::<Fused, 2>::from_data(x(), &device));
+            let expected = plain.forward(Tensor::<Plain, 2>::from_data(x(), &device));
+            (actual.into_data(), expected.into_data())
+        } else {
+            let x = || TensorData::new(x.to_vec::<f32>().unwrap(), [shape[0], shape[1], shape[2]]);
+            let actual = model.forward(Tensor::<Fused, 3>::from_data(x(), &device));
+            let expected = plain.forward(Tensor::<Plain, 3>::from_data(x(), &device));
+            (actual.into_data(), expected.into_data())
+        };
+        assert_close(&actual, &expected, F32_TOLERANCE);
+        // Kept at its second reshape at a rank: reused from the third forward at that rank on.
+        let reused = if matches!(forward, 2..=4 | 7) { 3 } else { 0 };
+        assert_eq!(
+            views() - before.0,
+            reused,
+            "forward {forward}, input {shape:?}"
+        );
+        assert_eq!(chain_launches() - before.1, 1, "forward {forward}");
+    }
+}
