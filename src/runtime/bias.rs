@@ -19,7 +19,7 @@
 use crate::backend::{Fused, HypatiaFusion};
 use crate::runtime::HypatiaRuntime;
 use crate::stats;
-use burn_backend::ops::{FloatTensorOps, ModuleOps};
+use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape};
 use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
@@ -85,9 +85,36 @@ fn linear<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     weight: FloatTensor<HypatiaFusion<R, F, I, BT>>,
     bias: Option<FloatTensor<HypatiaFusion<R, F, I, BT>>>,
 ) -> FloatTensor<HypatiaFusion<R, F, I, BT>> {
+    // Burn's default `linear`, op for op and in its order (weight view, matmul, bias view,
+    // add), but for where the bias's view comes from.
+    type Ops<R, F, I, BT> = Fused<R, F, I, BT>;
     let rank = x.shape.num_dims();
-    let bias = bias.map(|bias| row_view::<R, F, I, BT>(bias, rank));
-    <Fused<R, F, I, BT> as ModuleOps<Fused<R, F, I, BT>>>::linear(x, weight, bias)
+    let weight = leading_ones::<R, F, I, BT>(weight, rank);
+    let out = <Ops<R, F, I, BT> as FloatTensorOps<Ops<R, F, I, BT>>>::float_matmul(x, weight);
+    match bias {
+        Some(bias) => {
+            let bias = row_view::<R, F, I, BT>(bias, rank);
+            <Ops<R, F, I, BT> as FloatTensorOps<Ops<R, F, I, BT>>>::float_add(out, bias)
+        }
+        None => out,
+    }
+}
+
+/// `tensor` with leading dims of 1 up to `rank`, as Burn's `linear` reshapes its weight.
+fn leading_ones<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    tensor: FusionTensor<HypatiaRuntime<R>>,
+    rank: usize,
+) -> FusionTensor<HypatiaRuntime<R>> {
+    let dims = tensor.shape.num_dims();
+    if dims >= rank {
+        return tensor;
+    }
+    let mut shape = vec![1; rank - dims];
+    shape.extend(tensor.shape.iter());
+    <Fused<R, F, I, BT> as FloatTensorOps<Fused<R, F, I, BT>>>::float_reshape(
+        tensor,
+        Shape::from(shape),
+    )
 }
 
 /// `bias` as a row of the output's `rank`: the view kept for it, or a new reshape.
@@ -112,13 +139,8 @@ fn row_view<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     if let Some(view) = kept {
         return view;
     }
-    let mut shape = vec![1; rank - dims];
-    shape.extend(bias.shape.iter());
     let device = bias.client.device().clone();
-    let view = <Fused<R, F, I, BT> as FloatTensorOps<Fused<R, F, I, BT>>>::float_reshape(
-        bias,
-        Shape::from(shape),
-    );
+    let view = leading_ones::<R, F, I, BT>(bias, rank);
     let evicted = VIEWS.with_borrow_mut(|views| {
         let Some(at) = views.seen.iter().position(|seen| *seen == id) else {
             if views.seen.len() == SEEN {

@@ -171,14 +171,19 @@ fn equal_steps_share_one_race() {
         })
         .collect();
     // Every input uploaded first (an upload ends a window), then every launch queued before
-    // the first read.
+    // the first read. Each step has a bias tensor of its own: a bias reused from step to step
+    // would be read through its kept row view from its third use on (`runtime::bias`), a
+    // third form of step with a race of its own.
     let run = |count: usize| {
-        let (_, w, b) = inputs::<Fused>(&xs[0], &w, &b);
+        let (_, w, _) = inputs::<Fused>(&xs[0], &w, &b);
         let xs: Vec<_> = (xs[..count].iter())
             .map(|x| Tensor::<Fused, 2>::from_data(x.clone(), &device))
             .collect();
-        let queued: Vec<_> = (xs.into_iter().enumerate())
-            .map(|(i, x)| relu(linear(x, w.clone(), with_bias(i).then(|| b.clone()))))
+        let bs: Vec<_> = (0..count)
+            .map(|_| Tensor::<Fused, 1>::from_data(b.clone(), &device))
+            .collect();
+        let queued: Vec<_> = (xs.into_iter().zip(bs).enumerate())
+            .map(|(i, (x, b))| relu(linear(x, w.clone(), with_bias(i).then_some(b))))
             .collect();
         for (f, p) in queued.into_iter().zip(&plain) {
             assert_close(&f.into_data(), p, burn_tolerance(DType::F32));
