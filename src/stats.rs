@@ -131,21 +131,30 @@ impl Hot {
 }
 
 /// The hot counters of each device key, leaked (one per device).
-static HOT: RwLock<Vec<(String, &'static Hot)>> = RwLock::new(Vec::new());
+static HOT: Leaked<String, Hot> = RwLock::new(Vec::new());
 
 /// The hot counters of `device` (a [`device_key`]).
 pub(crate) fn hot(device: &str) -> &'static Hot {
-    let find = |hot: &[(String, &'static Hot)]| hot.iter().find(|(k, _)| k == device).map(|h| h.1);
-    if let Some(hot) = find(&HOT.read().unwrap_or_else(|p| p.into_inner())) {
-        return hot;
+    leaked(&HOT, device.to_string())
+}
+
+/// A registry of values made once per key and leaked, so that hot paths hold them as
+/// `&'static` without reference counts (a few keys: one per device or device thread).
+pub(crate) type Leaked<K, V> = RwLock<Vec<(K, &'static V)>>;
+
+/// `key`'s value in `registry`, made (`Default`) and leaked the first time.
+pub(crate) fn leaked<K: PartialEq, V: Default>(registry: &Leaked<K, V>, key: K) -> &'static V {
+    let find = |all: &[(K, &'static V)]| all.iter().find(|(k, _)| *k == key).map(|e| e.1);
+    if let Some(value) = find(&registry.read().unwrap_or_else(|p| p.into_inner())) {
+        return value;
     }
-    let mut all = HOT.write().unwrap_or_else(|p| p.into_inner());
-    if let Some(hot) = find(&all) {
-        return hot;
+    let mut all = registry.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(value) = find(&all) {
+        return value;
     }
-    let hot: &'static Hot = Box::leak(Box::default());
-    all.push((device.to_string(), hot));
-    hot
+    let value: &'static V = Box::leak(Box::default());
+    all.push((key, value));
+    value
 }
 
 pub(crate) fn device_key<D: core::fmt::Debug>(device: &D) -> String {

@@ -70,33 +70,23 @@ pub(crate) trait OwnOps: Backend {
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> OwnOps
     for HypatiaFusion<R, F, I, BT>
 {
+    /// Burn's default `linear`, op for op and in its order (weight view, matmul, bias view,
+    /// add), but for where the bias's view comes from.
     fn linear(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
-        linear::<R, F, I, BT>(x, weight, bias)
-    }
-}
-
-/// `ModuleOps::linear` of [`HypatiaFusion`]: burn-fusion's, with the bias's row view reused.
-fn linear<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    x: FloatTensor<HypatiaFusion<R, F, I, BT>>,
-    weight: FloatTensor<HypatiaFusion<R, F, I, BT>>,
-    bias: Option<FloatTensor<HypatiaFusion<R, F, I, BT>>>,
-) -> FloatTensor<HypatiaFusion<R, F, I, BT>> {
-    // Burn's default `linear`, op for op and in its order (weight view, matmul, bias view,
-    // add), but for where the bias's view comes from.
-    type Ops<R, F, I, BT> = Fused<R, F, I, BT>;
-    let rank = x.shape.num_dims();
-    let weight = leading_ones::<R, F, I, BT>(weight, rank);
-    let out = <Ops<R, F, I, BT> as FloatTensorOps<Ops<R, F, I, BT>>>::float_matmul(x, weight);
-    match bias {
-        Some(bias) => {
-            let bias = row_view::<R, F, I, BT>(bias, rank);
-            <Ops<R, F, I, BT> as FloatTensorOps<Ops<R, F, I, BT>>>::float_add(out, bias)
+        let rank = x.shape.num_dims();
+        let weight = leading_ones::<R, F, I, BT>(weight, rank);
+        let out = Fused::<R, F, I, BT>::float_matmul(x, weight);
+        match bias {
+            Some(bias) => {
+                let bias = row_view::<R, F, I, BT>(bias, rank);
+                Fused::<R, F, I, BT>::float_add(out, bias)
+            }
+            None => out,
         }
-        None => out,
     }
 }
 
@@ -111,10 +101,7 @@ fn leading_ones<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     }
     let mut shape = vec![1; rank - dims];
     shape.extend(tensor.shape.iter());
-    <Fused<R, F, I, BT> as FloatTensorOps<Fused<R, F, I, BT>>>::float_reshape(
-        tensor,
-        Shape::from(shape),
-    )
+    Fused::<R, F, I, BT>::float_reshape(tensor, Shape::from(shape))
 }
 
 /// `bias` as a row of the output's `rank`: the view kept for it, or a new reshape.
@@ -139,7 +126,6 @@ fn row_view<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     if let Some(view) = kept {
         return view;
     }
-    let device = bias.client.device().clone();
     let view = leading_ones::<R, F, I, BT>(bias, rank);
     let evicted = VIEWS.with_borrow_mut(|views| {
         let Some(at) = views.seen.iter().position(|seen| *seen == id) else {
@@ -154,7 +140,7 @@ fn row_view<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
             bias: id,
             rank,
             view: Box::new(view.clone()),
-            reuses: stats::hot(&stats::device_key(&device)).bias_views(),
+            reuses: stats::hot(&stats::device_key(view.client.device())).bias_views(),
         });
         (views.kept.len() > KEPT).then(|| views.kept.pop_front())
     });

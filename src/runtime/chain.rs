@@ -1,7 +1,7 @@
 //! Running a run of chained plan steps as one [MLP-chain launch](crate::kernel::chain).
 //!
 //! The decision (does the kernel take these sizes and layouts, does the cost model prefer one
-//! launch) is made once per [`ChainKey`] and kept in a [`ChainMemo`]: a replayed small-batch
+//! launch) is made once per [`ChainKey`] and kept in a [`ChainDecision`]: a replayed small-batch
 //! forward, whose whole latency is a few tens of microseconds of host time, only builds the
 //! key, compares it and launches, reading its operands in place.
 
@@ -35,7 +35,7 @@ pub(super) enum ChainRun {
 /// (the input, each weight and bias, the output) its dtype, shape and strides. Built into a
 /// buffer reused from one execution to the next, so a replay allocates nothing for it.
 #[derive(Debug, Default)]
-pub(super) struct ChainKey(Vec<usize>);
+struct ChainKey(Vec<usize>);
 
 impl ChainKey {
     /// Fills the key for `steps` in `context`; `false` when a tensor or handle is missing
@@ -92,16 +92,44 @@ fn policy_number(chain: ChainPolicy, execution: ExecutionPolicy) -> usize {
 
 /// A chain's decision for the last key it was made for.
 #[derive(Debug)]
-pub(super) struct ChainMemo {
+struct ChainMemo {
     key: Vec<usize>,
     /// The launch to make; `None`: one launch per layer.
     launch: Option<(ChainProblem, ChainLimits)>,
 }
 
+/// What one chained run of a plan decided at its last execution, and the buffer the next
+/// execution's key is built in.
+#[derive(Debug, Default)]
+pub(super) struct ChainDecision {
+    key: ChainKey,
+    memo: Option<ChainMemo>,
+}
+
+impl ChainDecision {
+    /// The launch `steps` make at their real sizes in `context`, decided anew only when the
+    /// key differs from the last execution's; `None`: one launch per layer.
+    fn launch<R: CubeRuntime>(
+        &mut self,
+        steps: &[&FusedLinear],
+        context: &Context<CubeFusionHandle<R>>,
+    ) -> Option<&(ChainProblem, ChainLimits)> {
+        if !self.key.fill(steps, context) {
+            return None;
+        }
+        if self.memo.as_ref().is_none_or(|memo| memo.key != self.key.0) {
+            self.memo = Some(ChainMemo {
+                key: self.key.0.clone(),
+                launch: decide(steps, context),
+            });
+        }
+        self.memo.as_ref()?.launch.as_ref()
+    }
+}
+
 /// Runs `steps` (a plan's chained run: each step's `x` is the previous step's `out`) as one
-/// launch, if the kernel takes the real sizes and the cost model prefers it. `memo` holds the
-/// decision of the chain's last execution, `key` the buffer its key is built in.
-#[allow(clippy::too_many_arguments)]
+/// launch, if the kernel takes the real sizes and the cost model prefers it (`decision`
+/// remembers that from the chain's last execution).
 pub(super) fn run_chain<R: CubeRuntime>(
     steps: &[&FusedLinear],
     context: &mut Context<CubeFusionHandle<R>>,
@@ -109,19 +137,9 @@ pub(super) fn run_chain<R: CubeRuntime>(
     first_launch: bool,
     verify: VerifyMode,
     device_key: &str,
-    memo: &mut Option<ChainMemo>,
-    key: &mut ChainKey,
+    decision: &mut ChainDecision,
 ) -> ChainRun {
-    if !key.fill(steps, context) {
-        return ChainRun::PerLayer;
-    }
-    if memo.as_ref().is_none_or(|memo| memo.key != key.0) {
-        *memo = Some(ChainMemo {
-            key: key.0.clone(),
-            launch: decide(steps, context),
-        });
-    }
-    let Some((problem, limits)) = memo.as_ref().and_then(|memo| memo.launch.as_ref()) else {
+    let Some((problem, limits)) = decision.launch(steps, context) else {
         return ChainRun::PerLayer;
     };
     let checked = first_launch || verify != VerifyMode::Off;

@@ -1,7 +1,7 @@
 //! [`LinearOptimization`]: runs a [`Plan`] — fused kernels, or Burn's ops where they can't run.
 
 use super::HypatiaRuntime;
-use super::chain::{ChainKey, ChainMemo, ChainRun, run_chain};
+use super::chain::{ChainDecision, ChainRun, run_chain};
 use super::pace::Pace;
 use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
 use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
@@ -60,9 +60,7 @@ struct ChainCheck {
     /// Its first launch and verification, as for a step.
     check: StepCheck,
     /// The decision of its last execution, and the sizes and policies it was made for.
-    memo: Option<ChainMemo>,
-    /// The buffer this execution's key is built in.
-    key: ChainKey,
+    decision: ChainDecision,
 }
 
 /// What is known of one fused step of this optimization.
@@ -98,8 +96,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 .map(|range| ChainCheck {
                     range,
                     check: StepCheck::default(),
-                    memo: None,
-                    key: ChainKey::default(),
+                    decision: ChainDecision::default(),
                 })
                 .collect(),
             plan,
@@ -419,8 +416,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             first_launch,
             verify,
             &self.device_key,
-            &mut chain.memo,
-            &mut chain.key,
+            &mut chain.decision,
         );
         let verified = match outcome {
             ChainRun::PerLayer => return None,

@@ -15,6 +15,7 @@
 //! once. Otherwise the tasks stay queued and go with a later flush, a full queue, or the
 //! caller's sync or read, as under Burn. Skipping a flush never changes what runs, only when.
 
+use crate::stats::{Leaked, leaked};
 use cubecl::device::{DeviceId, DeviceService, DeviceServiceStage};
 use cubecl::device_handle::DeviceHandle;
 use std::sync::RwLock;
@@ -31,25 +32,13 @@ pub struct Pace {
 
 /// The pace of each device thread, by device and stage. Leaked, one per thread: marker tasks
 /// borrow them without reference counts.
-static PACES: RwLock<Vec<(DeviceId, DeviceServiceStage, &'static Pace)>> = RwLock::new(Vec::new());
+static PACES: Leaked<(DeviceId, DeviceServiceStage), Pace> = RwLock::new(Vec::new());
 
 impl Pace {
     /// The pace of `device`'s thread of `stage`: burn-fusion's (`Upstream`) or CubeCL's
     /// compute thread (`Downstream`).
     pub fn of(device: DeviceId, stage: DeviceServiceStage) -> &'static Pace {
-        let find = |paces: &[(DeviceId, DeviceServiceStage, &'static Pace)]| {
-            (paces.iter().find(|(id, s, _)| *id == device && *s == stage)).map(|p| p.2)
-        };
-        if let Some(pace) = find(&PACES.read().unwrap_or_else(|p| p.into_inner())) {
-            return pace;
-        }
-        let mut paces = PACES.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(pace) = find(&paces) {
-            return pace;
-        }
-        let pace: &'static Pace = Box::leak(Box::default());
-        paces.push((device, stage, pace));
-        pace
+        leaked(&PACES, (device, stage))
     }
 
     /// Whether the thread has run every flush asked of it through this pace.
