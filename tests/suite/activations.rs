@@ -6,6 +6,7 @@
 
 use super::check::{burn_tolerance, norm_tolerance};
 use super::common::*;
+use super::train::grad_tolerance;
 use burn::prelude::*;
 use burn::tensor::activation;
 use burn::tensor::{DType, Element};
@@ -186,7 +187,11 @@ fn check_activation(act: Act, policy: ExecutionPolicy, shapes: &[Shape]) {
                 let (actual, inputs) = forward::<Fused>(act, bias, shape, specials, &device);
                 let (burn, _) = forward::<Plain>(act, bias, shape, specials, &device);
                 eprintln!("checking {case}");
-                assert_close(&actual, &burn, burn_tolerance(dtype));
+                // TF32 (CUDA's f32 matmuls, Burn's and Hypatia's) rounds the matmul, so the two
+                // differ in proportion to its size, not to the activation's (a clamp's output
+                // is ≤ 1 where its input reaches 20; seen on an H100: 4e-3 there).
+                let matmul_scale = scale_of(&reference(Act::None, bias, &inputs));
+                assert_close_at(&actual, &burn, burn_tolerance(dtype), matmul_scale);
                 if !specials {
                     let expected = reference(act, bias, &inputs);
                     assert_close(&actual, &expected, 10.0 * burn_tolerance(dtype));
@@ -365,7 +370,8 @@ fn gradients_match_burn_under_autodiff() {
         let plain = grads::<Autodiff<Plain>>(act, &device);
         for (name, (f, p)) in ["x", "w", "b"].iter().zip(fused.iter().zip(&plain)) {
             eprintln!("{act:?} grad {name}");
-            assert_close(f, p, 1e-4);
+            // On CUDA both run TF32 (seen on an H100: 1.4e-4 in GELU's x gradient).
+            assert_close(f, p, grad_tolerance().max(1e-4));
         }
         let ran = hypatia::stats(&device).executed(pattern) - before;
         eprintln!("{act:?} under Autodiff: {pattern} ran {ran} time(s)");

@@ -90,13 +90,23 @@ pub fn tolerance(dtype: DType) -> f32 {
 /// Asserts equal shapes, identical NaN / ±Inf positions, and finite values within `tol`
 /// relative error (‖a − b‖∞ / max(1, ‖b‖∞)).
 pub fn assert_close(actual: &TensorData, expected: &TensorData, tol: f32) {
+    assert_close_at(actual, expected, tol, scale_of(expected));
+}
+
+/// The largest finite magnitude in `data`, and at least 1.
+pub fn scale_of(data: &TensorData) -> f32 {
+    let v: Vec<f32> = data.clone().convert::<f32>().to_vec().unwrap();
+    (v.iter())
+        .filter(|v| v.is_finite())
+        .fold(1.0f32, |m, v| m.max(v.abs()))
+}
+
+/// [`assert_close`] with errors relative to `scale` (e.g. a matmul's, where an activation
+/// shrinks its output).
+pub fn assert_close_at(actual: &TensorData, expected: &TensorData, tol: f32, scale: f32) {
     assert_eq!(actual.shape, expected.shape, "shapes differ");
     let a: Vec<f32> = actual.clone().convert::<f32>().to_vec().unwrap();
     let b: Vec<f32> = expected.clone().convert::<f32>().to_vec().unwrap();
-    let scale = b
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(1.0f32, |m, v| m.max(v.abs()));
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         if y.is_nan() || x.is_nan() {
             assert!(x.is_nan() && y.is_nan(), "NaN mismatch at {i}: {x} vs {y}");
