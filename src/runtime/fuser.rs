@@ -2,14 +2,14 @@
 
 use super::{HypatiaOptimization, LinearOptimization, race};
 use crate::capture::{Canonical, CapturedOp, OpKind, Window};
-use crate::kernel::{ExecutionPolicy, execution_policy, has_matrix_units};
+use crate::kernel::{Epilogue, ExecutionPolicy, execution_policy, has_matrix_units};
 use crate::plan::{Claim, Plan, PlanOptions, dump, plan_window};
 use crate::rewrite::Limits;
 use crate::stats;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_fusion::{FuserProperties, FuserStatus, OperationFuser};
-use burn_ir::OperationIr;
+use burn_ir::{OperationIr, TensorId};
 use egg::StopReason;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -154,6 +154,21 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         self.window.starts_with_matmul() && ops.len() <= claimed + PENDING
     }
 
+    /// Whether a drop of `freed` frees the weight of the claim's last step while that step is a
+    /// bare Linear (no bias, no activation yet): a temporary `nn::Linear` dropped after its
+    /// forward, whose activation may still come. Closing there would leave that activation to
+    /// Burn's ops (where plain matmuls are claimed, a bare Linear is a claim of its own).
+    fn frees_a_bare_linears_weight(&self, freed: TensorId) -> bool {
+        let Some(last) = self.claim.as_ref().and_then(|plan| plan.fused().last()) else {
+            return false;
+        };
+        let bare = last.bias.is_none()
+            && last.gate.is_none()
+            && last.bias_grad.is_none()
+            && last.epilogue == Epilogue::Identity;
+        bare && freed == last.w.id
+    }
+
     /// Adds the time spent in `fuse` to the device's [`stats::HostStats`].
     fn report_busy(&mut self) {
         if !self.busy.is_zero() {
@@ -179,6 +194,9 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         // data (or a block burn-fusion merges in for the op that reads both) is followed by
         // the op that reads it.
         let freed_after_claim = op.is_drop() && self.claim.is_some();
+        let freed = (op.is_drop())
+            .then(|| op.inputs.first().map(|t| t.id))
+            .flatten();
         if kind.may_end_pattern() && !long_at_boundary {
             self.analyze();
         } else if freed_after_claim {
@@ -189,9 +207,11 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         let unmatched_mask = ends_activation && self.claim.is_none();
         // A claim of the whole block, ended by a free, is ready: closing now lets burn-fusion
         // run it at once instead of holding it for the ops that follow (the next step's
-        // forward, or the user's sync).
+        // forward, or the user's sync). Not a bare Linear's whose weight it frees: its
+        // activation may follow.
         let whole_block = freed_after_claim
-            && (self.claim.as_ref()).is_some_and(|plan| plan.len == self.window.len());
+            && (self.claim.as_ref()).is_some_and(|plan| plan.len == self.window.len())
+            && !freed.is_some_and(|id| self.frees_a_bare_linears_weight(id));
         if !kind.is_pattern_kind()
             || long_at_boundary
             || self.window.len() >= MAX_WINDOW
