@@ -162,10 +162,9 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         let Some(last) = self.claim.as_ref().and_then(|plan| plan.fused().last()) else {
             return false;
         };
-        let bare = last.bias.is_none()
-            && last.gate.is_none()
-            && last.bias_grad.is_none()
-            && last.epilogue == Epilogue::Identity;
+        // (A gate comes only with `ReluGrad`.)
+        let bare =
+            last.bias.is_none() && last.bias_grad.is_none() && last.epilogue == Epilogue::Identity;
         bare && freed == last.w.id
     }
 
@@ -194,9 +193,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         // data (or a block burn-fusion merges in for the op that reads both) is followed by
         // the op that reads it.
         let freed_after_claim = op.is_drop() && self.claim.is_some();
-        let freed = (op.is_drop())
-            .then(|| op.inputs.first().map(|t| t.id))
-            .flatten();
+        let freed = op.inputs.first().map(|t| t.id).filter(|_| op.is_drop());
         if kind.may_end_pattern() && !long_at_boundary {
             self.analyze();
         } else if freed_after_claim {
