@@ -110,7 +110,6 @@ impl PerDtype<Row> for Args {
 
 /// The rows of float type `F`: one per batch size.
 fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
-    bench::start_services::<F>();
     let device = burn::tensor::Device::<PlainOf<F>>::default();
     let dtype = format!("{:?}", F::dtype()).to_lowercase();
     let widths: Vec<usize> = args

@@ -181,7 +181,6 @@ struct Row {
 }
 
 fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
-    bench::start_services::<F>();
     let device = burn::tensor::Device::<PlainOf<F>>::default();
     let dtype = format!("{:?}", F::dtype()).to_lowercase();
     for mlp in args.mlps.split(',') {

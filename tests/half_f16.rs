@@ -2,9 +2,8 @@
 //! the first tensor created on it, so f16 cannot share a process with the f32 suite.
 #![allow(dead_code)] // the shared helpers serve several binaries
 
-/// This binary's float type: the device's first tensor fixes it (Burn 0.21).
-type Float = burn::tensor::f16;
-
+#[path = "suite/chain_properties.rs"]
+mod chain_properties;
 #[path = "suite/check.rs"]
 mod check;
 #[path = "suite/common.rs"]
@@ -24,15 +23,20 @@ fn mlp_chains_match_burn_in_f16() {
     check::check_half_chain::<burn::tensor::f16>();
 }
 
+/// Property cases in f16 (`tests/suite/properties.rs`, `chain_properties.rs`): Linear+ReLU
+/// forward and backward, and chained MLPs.
 #[test]
 fn properties_hold_in_f16() {
     use burn::prelude::Backend;
     use burn::tensor::f16;
-    if !common::PlainOf::<f16>::supports_dtype(&common::device(), burn::tensor::DType::F16) {
+    type P = common::PlainOf<f16>;
+    type H = common::FusedOf<f16>;
+    if !P::supports_dtype(&common::device(), burn::tensor::DType::F16) {
         eprintln!("skipped: this device has no f16 arithmetic");
         return;
     }
-    let forward = properties::check_forward::<f16, common::PlainOf<f16>, common::FusedOf<f16>>(12);
-    let backward = properties::check_backward::<f16, common::PlainOf<f16>, common::FusedOf<f16>>(6);
-    eprintln!("cases where Burn differs from float64: {forward:?} {backward:?}");
+    let forward = properties::check_forward::<f16, P, H>(12);
+    let backward = properties::check_backward::<f16, P, H>(6);
+    let chains = chain_properties::check_chains::<f16, P, H>(6);
+    eprintln!("cases where Burn differs from float64: {forward:?} {backward:?} {chains:?}");
 }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call for issue 3: the Linear+ReLU benchmark for one dtype (DTYPE=bf16|f16|f32;
 # SHAPES and CANDIDATES as bench_linear's --shapes and --candidates) and
-# PyTorch beside it (f32 with TF32, as Burn's f32 matmul uses). Tests: device_tests.sh.
+# PyTorch beside it (f32 with TF32, as Burn's f32 matmul uses). Tests: tools/cuda_suite.sh.
 # Run from the repo root on the device machine, with the binaries packed in .device/bins.tgz.
 set -u
 DTYPE=${DTYPE:-bf16}

@@ -4,10 +4,25 @@
 # anywhere under the repo, with tools/cubecl.toml beside the binaries.
 # `restore` (before a run): .device/cache.tar.xz -> target/.
 # `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz; copy that into .device/ here.
+#
+# CubeCL keys compiled PTX by kernel name and compile-time settings, not by source: PTX saved
+# by another build would run that build's kernels. So the cache holds the id of the binaries
+# (.device/*.tgz) that made it, and `restore` keeps the PTX only for the same binaries; the
+# autotune results (which candidate is fastest) are kept either way.
 set -u
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/.." && pwd))
+build_id() { cat "$ROOT"/.device/*.tgz 2>/dev/null | md5sum | cut -d' ' -f1; }
 case "$1" in
-  restore) mkdir -p "$ROOT/target" && [ -f "$ROOT/.device/cache.tar.xz" ] && tar xJf "$ROOT/.device/cache.tar.xz" -C "$ROOT/target" ;;
-  save) [ -d "$ROOT/target" ] && (cd "$ROOT/target" && ls && tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . && ls -la "$OUT/cache.tar.xz") ;;
+  restore)
+    mkdir -p "$ROOT/target" && [ -f "$ROOT/.device/cache.tar.xz" ] || exit 0
+    tar xJf "$ROOT/.device/cache.tar.xz" -C "$ROOT/target"
+    if [ "$(cat "$ROOT/target/build-id" 2>/dev/null)" != "$(build_id)" ]; then
+      echo "device_cache: other binaries made this cache; its autotune results kept, its PTX dropped"
+      rm -rf "$ROOT/target/cuda"
+    fi ;;
+  save)
+    [ -d "$ROOT/target" ] && build_id >"$ROOT/target/build-id" &&
+      (cd "$ROOT/target" && tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . &&
+        ls -la "$OUT/cache.tar.xz") ;;
 esac
 true

@@ -3,10 +3,10 @@
 # (exact and tanh) and ReLU on SHAPES, PyTorch's cuBLASLt GELU_BIAS and eager GELU beside it,
 # then the Hopper kernel tests (every epilogue against float64; TEST_LIMIT seconds). Run from
 # the repo root on the device machine, with the binaries packed in .device/ by
-# tools/pack_device.sh. Writes at most 8 files to $OUT (the device tool's limit).
+# tools/pack_device.sh and tools/cuda_suite.sh build. Writes at most 8 files to $OUT (the device tool's limit).
 set -u
 SHAPES=${SHAPES:-2048x2048x2048,8192x4096x4096}
-cd .device && tar xzf bins.tgz && tar xzf tests.tgz
+cd .device && tar xzf bins.tgz
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
 python3 ../tools/torch_epilogues.py --dtypes bf16 --shapes $SHAPES > $OUT/torch_gelu.txt 2>&1
 for act in gelu gelu-tanh relu; do
@@ -14,8 +14,6 @@ for act in gelu gelu-tanh relu; do
   ./bench_linear --dtypes bf16 --shapes $SHAPES --activation $act --json $OUT/bench_$act.json \
     >> $OUT/bench.txt 2>> $OUT/bench.err
 done
-timeout ${TEST_LIMIT:-240} ./hopper --test-threads=1 > $OUT/tests_hopper.txt 2>&1
-echo "hopper: $(grep -E '^test result' $OUT/tests_hopper.txt)"
-grep -E -A12 "FAILED|panicked" $OUT/tests_hopper.txt | head -30
+(cd .. && CHUNK_TIMEOUT=${TEST_LIMIT:-240} bash tools/cuda_suite.sh run hopper)
 grep -v "^json" $OUT/torch_gelu.txt
 cat $OUT/bench.txt

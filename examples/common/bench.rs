@@ -11,18 +11,6 @@ pub mod runtime {
     pub type PlainOf<F> = burn::backend::Cuda<F, i32>;
 }
 
-/// Starts the device services of Burn's backend and Hypatia's before either queues work:
-/// CubeCL 0.10 can deadlock when one starts while the other's ops are still queued on the
-/// device's thread (book, Troubleshooting). `Int` tensors leave the device's float type alone.
-#[allow(dead_code)] // not every benchmark compares backends
-pub fn start_services<F: burn_cubecl::FloatElement>() {
-    use burn::prelude::{Int, Tensor};
-    let device = Default::default();
-    let _ = Tensor::<runtime::PlainOf<F>, 1, Int>::zeros([1], &device).into_data();
-    let _ =
-        Tensor::<hypatia::Hypatia<runtime::PlainOf<F>>, 1, Int>::zeros([1], &device).into_data();
-}
-
 /// A benchmark that runs for one float type at a time.
 pub trait PerDtype<Row> {
     /// Appends the rows of float type `F`.

@@ -71,7 +71,7 @@ macro_rules! submit {
         $(
             fn $name($($arg: $ty),*) -> $ret {
                 use $crate::backend::forward::Rebind as _;
-                $($crate::runtime::submit::start($device);)?
+                $($crate::runtime::submit::start::<R>($device);)?
                 let out = <$inner as $trait<$inner>>::$name($($arg.rebind()),*).rebind();
                 $crate::runtime::submit::submitted();
                 out

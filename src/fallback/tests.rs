@@ -1,15 +1,21 @@
-//! Faults injected into fused steps, and verify mode, on the default wgpu device (lavapipe
-//! without a GPU). Each test uses a window of its own (rank and equal dims differ), so that
+//! Faults injected into fused steps, and verify mode, on the build's default device (wgpu,
+//! lavapipe without a GPU; CUDA with the `cuda` feature). Each test uses a window of its own (rank and equal dims differ), so that
 //! burn-fusion's plan store, shared by the process, hands each a fresh optimization.
 
 use super::{Fault, VerifyMode, inject_fault, set_verify_mode};
 use crate::kernel::{RacePolicy, set_race_policy};
-use burn::backend::Wgpu;
-use burn::backend::wgpu::WgpuDevice;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 
-type Fused = crate::Hypatia<Wgpu>;
+#[cfg(not(feature = "cuda"))]
+type Plain = burn::backend::Wgpu;
+#[cfg(feature = "cuda")]
+type Plain = burn::backend::Cuda;
+type Fused = crate::Hypatia<Plain>;
+
+fn device() -> burn_backend::tensor::Device<Plain> {
+    Default::default()
+}
 
 /// Keeps each step on Hypatia's kernel (no race against Burn's fused matmul, whose turns would
 /// run Burn's side for some executions), then restores no fault, verify mode off and the
@@ -60,7 +66,7 @@ fn assert_equal(fused: TensorData, plain: TensorData) {
 }
 
 fn fallbacks(reason: &str) -> u64 {
-    let stats = crate::stats(&WgpuDevice::default());
+    let stats = crate::stats(&device());
     let pattern = stats
         .patterns
         .get("linear-relu")
@@ -70,7 +76,7 @@ fn fallbacks(reason: &str) -> u64 {
 }
 
 fn fused_runs() -> u64 {
-    crate::stats(&WgpuDevice::default()).executed("linear-relu")
+    crate::stats(&device()).executed("linear-relu")
 }
 
 #[test]
@@ -79,7 +85,7 @@ fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
     let (before, runs) = (fallbacks("launch-failed"), fused_runs());
     inject_fault(Fault::Launch);
     let fused = linear_relu::<Fused, 3>([3, 5, 7], 4).into_data();
-    assert_equal(fused, linear_relu::<Wgpu, 3>([3, 5, 7], 4).into_data());
+    assert_equal(fused, linear_relu::<Plain, 3>([3, 5, 7], 4).into_data());
     assert_eq!(
         fallbacks("launch-failed"),
         before + 1,
@@ -88,7 +94,7 @@ fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
     // The fault is gone, but the step's kernel failed once: it stays on Burn's ops.
     inject_fault(Fault::None);
     let fused = linear_relu::<Fused, 3>([3, 5, 7], 4).into_data();
-    assert_equal(fused, linear_relu::<Wgpu, 3>([3, 5, 7], 4).into_data());
+    assert_equal(fused, linear_relu::<Plain, 3>([3, 5, 7], 4).into_data());
     assert_eq!(fallbacks("launch-failed"), before + 2);
     assert_eq!(fused_runs(), runs, "no fused result was kept");
 }
@@ -113,8 +119,8 @@ fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
     assert_eq!(fallbacks("verify-mismatch"), before + 1);
     // Reported once; the step now runs Burn's ops, so reads succeed and are Burn's.
     let fused = linear_relu::<Fused, 2>([6, 6], 5).into_data();
-    assert_equal(fused, linear_relu::<Wgpu, 2>([6, 6], 5).into_data());
-    Fused::sync(&WgpuDevice::default()).expect("nothing left to report");
+    assert_equal(fused, linear_relu::<Plain, 2>([6, 6], 5).into_data());
+    Fused::sync(&device()).expect("nothing left to report");
 }
 
 #[test]
@@ -123,12 +129,15 @@ fn strict_verify_fails_the_next_sync() {
     set_verify_mode(VerifyMode::Strict);
     inject_fault(Fault::WrongResult);
     let y = linear_relu::<Fused, 2>([9, 4], 4);
-    let error = Fused::sync(&WgpuDevice::default()).expect_err("strict verify fails sync");
+    let error = Fused::sync(&device()).expect_err("strict verify fails sync");
     assert!(
         error.to_string().contains("hypatia verify: linear-relu"),
         "{error}"
     );
-    assert_equal(y.into_data(), linear_relu::<Wgpu, 2>([9, 4], 4).into_data());
+    assert_equal(
+        y.into_data(),
+        linear_relu::<Plain, 2>([9, 4], 4).into_data(),
+    );
 }
 
 #[test]
@@ -138,23 +147,23 @@ fn warn_verify_falls_back_without_an_error() {
     set_verify_mode(VerifyMode::Warn);
     inject_fault(Fault::WrongResult);
     let fused = linear_relu::<Fused, 4>([2, 2, 3, 5], 3).into_data();
-    assert_equal(fused, linear_relu::<Wgpu, 4>([2, 2, 3, 5], 3).into_data());
+    assert_equal(fused, linear_relu::<Plain, 4>([2, 2, 3, 5], 3).into_data());
     assert_eq!(fallbacks("verify-mismatch"), before + 1);
 }
 
 #[test]
 fn verify_accepts_the_real_kernel() {
     let _reset = Reset::new();
-    let stats = || crate::stats(&WgpuDevice::default());
+    let stats = || crate::stats(&device());
     let verified = |s: crate::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.verified);
     let (before, runs) = (verified(stats()), fused_runs());
     set_verify_mode(VerifyMode::Strict);
     let fused = linear_relu::<Fused, 3>([4, 4, 4], 4).into_data();
-    assert_equal(fused, linear_relu::<Wgpu, 3>([4, 4, 4], 4).into_data());
+    assert_equal(fused, linear_relu::<Plain, 3>([4, 4, 4], 4).into_data());
     assert_eq!(verified(stats()), before + 1, "checked once and equal");
     // Verified steps run fused, unchecked, from then on.
     let fused = linear_relu::<Fused, 3>([4, 4, 4], 4).into_data();
-    assert_equal(fused, linear_relu::<Wgpu, 3>([4, 4, 4], 4).into_data());
+    assert_equal(fused, linear_relu::<Plain, 3>([4, 4, 4], 4).into_data());
     assert_eq!(verified(stats()), before + 1);
     assert_eq!(fused_runs(), runs + 2);
 }

@@ -190,8 +190,9 @@ impl EpilogueFlags {
 }
 
 /// The store of every kernel: adds the bias of column `col`, writes the pre-activation when
-/// `write_pre`, applies the activation or the gate, writes `out`. `out`, `pre` and `gate` are
-/// contiguous with the output's shape and all read or written at `offset`. Returns the value
+/// `write_pre`, applies the activation or the gate, writes `out`. `out` and `pre` are
+/// contiguous with the output's shape and written at `offset`; `gate` is `[rows, n]` through
+/// its row stride (rows may be pitched), read at `offset`'s row and `col`. Returns the value
 /// stored, as f32 (what a sum over the stored output adds up).
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -216,7 +217,8 @@ pub fn store_epilogue<F: Float>(
     }
     value = activate(value, alpha, beta, flags.activation);
     if flags.gated {
-        value = select(f32::cast_from(gate[offset]) <= 0.0f32, 0.0f32, value);
+        let at = offset / gate.shape(1) * gate.stride(0) + col;
+        value = select(f32::cast_from(gate[at]) <= 0.0f32, 0.0f32, value);
     }
     let stored = F::cast_from(value);
     out[offset] = stored;
@@ -226,8 +228,9 @@ pub fn store_epilogue<F: Float>(
 /// `out = epilogue(input + bias)` (and `pre = input + bias` when `write_pre`), elementwise.
 ///
 /// The split execution's second half: `input` is the inner backend's matmul output, read
-/// through its strides (a swapped view is fine); `out`, `pre` and `gate` are contiguous with
-/// the same shape; `bias` is a rank-1 view of the last dim. Absent tensors are dummies.
+/// through its strides (a swapped view is fine); `out` and `pre` are contiguous with the same
+/// shape, `gate` its `[rows, n]` view (see [`store_epilogue`]); `bias` is a rank-1 view of the
+/// last dim. Absent tensors are dummies.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub fn bias_activation_kernel<F: Float>(

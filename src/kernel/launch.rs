@@ -1,6 +1,5 @@
 //! Host side of the fused kernel: validate, lay out operands, allocate outputs, launch.
 
-use super::tensor_core::is_contiguous;
 use super::tiled::{CUBE_SIDE, TILE_M, TILE_N, fused_linear_kernel};
 use super::{Epilogue, EpilogueFlags, KernelError, bias_activation_kernel};
 use burn_backend::{DType, Shape};
@@ -228,8 +227,8 @@ pub struct EpilogueInputs<'a, R: Runtime> {
     pub epilogue: Epilogue,
     /// A row of `n` added first.
     pub bias: Option<&'a Operand<R>>,
-    /// The gate of [`Epilogue::ReluGrad`], contiguous with the output's shape (see
-    /// [`check_gate`]).
+    /// The gate of [`Epilogue::ReluGrad`], of the output's shape, rows contiguous or pitched
+    /// (see [`check_gate`]).
     pub gate: Option<&'a Operand<R>>,
     /// The run-time parameters of the activation ([`Epilogue::parameters`]): LeakyReLU's
     /// slope, clamp's min and max; unused entries are zero.
@@ -267,7 +266,8 @@ impl<'a, R: Runtime> EpilogueInputs<'a, R> {
 }
 
 /// Checks that `gate` can gate an output of `out_shape` and `dtype`: same shape and dtype,
-/// contiguous (the kernels read it at the output's offset).
+/// read as rows of the last dim ([`row_stride`]): contiguous, or with rows padded to a pitch,
+/// as CubeCL's CUDA runtime allocates tensors whose rows are not a multiple of its alignment.
 ///
 /// # Errors
 /// [`KernelError::UnsupportedGate`] naming what differs.
@@ -276,14 +276,42 @@ pub fn check_gate<R: Runtime>(
     out_shape: &[usize],
     dtype: DType,
 ) -> Result<(), KernelError> {
-    let contiguous = is_contiguous(&gate.shape, &gate.handle.strides);
-    if gate.shape != out_shape || gate.handle.dtype != dtype || !contiguous {
+    let rows = row_stride(&gate.shape, &gate.handle.strides);
+    if gate.shape != out_shape || gate.handle.dtype != dtype || rows.is_none() {
         return Err(KernelError::UnsupportedGate {
             shape: gate.shape.clone(),
             out: out_shape.to_vec(),
         });
     }
     Ok(())
+}
+
+/// The distance between rows of a tensor read as rows of its last dim: its last stride is 1
+/// and its leading dims collapse into one row index of that stride (contiguous, or rows padded
+/// to a pitch). `None` for any other layout.
+///
+/// ```
+/// use hypatia::kernel::row_stride;
+/// assert_eq!(row_stride(&[2, 3, 33], &[99, 33, 1]), Some(33)); // contiguous
+/// assert_eq!(row_stride(&[2, 3, 33], &[192, 64, 1]), Some(64)); // rows pitched to 256 bytes
+/// assert_eq!(row_stride(&[3, 1, 33], &[64, 64, 1]), Some(64)); // a 1 between
+/// assert_eq!(row_stride(&[33, 2], &[1, 33]), None); // transposed
+/// assert_eq!(row_stride(&[2, 3, 33], &[200, 64, 1]), None); // batches apart
+/// ```
+pub fn row_stride(shape: &[usize], strides: &[usize]) -> Option<usize> {
+    let (&n, lead) = shape.split_last()?;
+    if n > 1 && strides.get(lead.len()) != Some(&1) {
+        return None;
+    }
+    let (mut stride, mut rows) = (None, 1);
+    for (&dim, &at) in lead.iter().zip(strides).rev().filter(|(dim, _)| **dim != 1) {
+        let row = *stride.get_or_insert(at);
+        if row < n || at != row * rows {
+            return None;
+        }
+        rows *= dim;
+    }
+    Some(stride.unwrap_or(n))
 }
 
 /// Launches `out = epilogue(lhs · rhs + bias)` (and `pre = lhs · rhs + bias` if `write_pre`)
@@ -490,15 +518,18 @@ impl<R: Runtime> Outputs<R> {
         }
     }
 
-    /// The gate as a contiguous tensor of the output's shape.
+    /// The gate as `[rows, n]` through its row stride ([`check_gate`] accepted it): the
+    /// epilogue reads it at the output's row and column.
     fn gate_arg(&self, gate: Option<&Operand<R>>) -> TensorArg<R> {
-        match gate {
-            Some(gate) => gate
-                .handle
-                .clone()
-                .into_tensor_arg(Shape::from(self.shape.clone())),
-            None => self.dummy(),
-        }
+        let Some(gate) = gate else {
+            return self.dummy();
+        };
+        let n = *self.shape.last().unwrap_or(&1);
+        let rows = self.shape.iter().product::<usize>() / n.max(1);
+        let stride = row_stride(&gate.shape, &gate.handle.strides).unwrap_or(n);
+        let mut handle = gate.handle.clone();
+        handle.strides = Strides::new(&[stride, 1]);
+        handle.into_tensor_arg(Shape::from(vec![rows, n]))
     }
 
     fn out_arg(&self) -> TensorArg<R> {

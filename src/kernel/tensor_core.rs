@@ -243,7 +243,8 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub pre: Option<CubeTensor<R>>,
     /// What the epilogue applies after the bias.
     pub epilogue: Epilogue,
-    /// The gate of [`Epilogue::ReluGrad`]: contiguous, the output's shape.
+    /// The gate of [`Epilogue::ReluGrad`]: the output's shape, rows contiguous or pitched
+    /// (the Hopper kernel takes only contiguous ones).
     pub gate: Option<CubeTensor<R>>,
     /// The activation's run-time parameters (see [`EpilogueInputs::params`]).
     pub params: [f32; 2],

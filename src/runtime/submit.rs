@@ -13,11 +13,15 @@
 //! Both need a task of Hypatia's on burn-fusion's thread: `Waiter`, a service of that
 //! thread's stage (CubeCL runs every service of a device and stage on one thread, in order).
 
+use super::HypatiaRuntime;
 use super::pace::Pace;
 use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
 use crate::kernel::{SubmitPolicy, SyncPolicy, submit_policy, sync_policy};
 use crate::stats;
 use burn_backend::{Backend, ExecutionError};
+use burn_cubecl::CubeRuntime;
+use burn_cubecl::fusion::FusionCubeRuntime;
+use burn_fusion::client::GlobalFusionClient;
 use burn_fusion::{Fusion, FusionBackend};
 use cubecl::device::{Device, DeviceId, DeviceService, DeviceServiceStage, ServerUtilitiesHandle};
 use cubecl::device_handle::DeviceHandle;
@@ -68,17 +72,26 @@ fn submit_mode() -> SubmitPolicy {
     }
 }
 
-/// Starts Hypatia's `Waiter` on `device`, once; called before each op that names a device
-/// (every tensor is created by one), so it starts before burn-fusion queues anything for
-/// Hypatia there.
+/// Starts, once per device, the services `Hypatia<B>` needs on burn-fusion's thread there:
+/// called before each op that names a device (every tensor is created by one), so it runs
+/// before burn-fusion queues anything for Hypatia there.
 ///
-/// CubeCL starts a service by queueing its start on the device's thread and waiting for it
-/// while it holds a lock that creating any service handle takes: a queued op that creates one
-/// (a new stream's fusers load their compute client) would deadlock. That is why it cannot
-/// start later, at a `sync`, when other threads may have ops queued; and a task on that
-/// thread cannot start it either, since the thread's services are borrowed while one runs.
-/// burn-fusion's own service starts the same way, at the device's first op.
-pub fn start<D: Device>(device: &D) {
+/// CubeCL 0.10 starts a service by queueing its start on the device's thread and waiting for
+/// it while it holds a lock (`CHANNELS`) that every service handle takes, a compute client's
+/// too. A task on that thread that loads a compute client (a new stream's fusers do, Burn's
+/// and Hypatia's alike) then waits for the starting thread, which waits for it: a deadlock.
+/// Burn alone never meets it (one fusion service per device); with Hypatia's beside Burn's,
+/// the first use of either while the other's ops are queued did. So, on the caller's thread,
+/// before Hypatia's first op on `device`:
+/// 1. Burn's own fusion service is started (or found): a later `Wgpu`/`Cuda` tensor then
+///    starts nothing while Hypatia's ops are queued;
+/// 2. burn-fusion's thread is waited for (Burn's service runs a no-op task), without the lock,
+///    so the Burn ops queued so far have created their streams;
+/// 3. Hypatia's fusion service and its `Waiter` start on the idle thread.
+///
+/// A task on that thread cannot start them instead: the thread's services are borrowed while
+/// one runs. Other threads that queue Burn ops between 2 and 3 can still meet the race.
+pub fn start<R: CubeRuntime>(device: &R::Device) {
     let id = device.to_id();
     let started = |waiters: &Waiters| waiters.iter().any(|(known, ..)| *known == id);
     // Every tensor-creating op comes here: a read lock and a scan, no handle cloned.
@@ -87,6 +100,9 @@ pub fn start<D: Device>(device: &D) {
     }
     let mut waiters = WAITERS.write().unwrap_or_else(|p| p.into_inner());
     if !started(&waiters) {
+        let burn = GlobalFusionClient::<FusionCubeRuntime<R>>::load(device);
+        burn.sync(|| ());
+        let _ = GlobalFusionClient::<HypatiaRuntime<R>>::load(device);
         let pace = Pace::of(id, Waiter::stage());
         waiters.push((id, DeviceHandle::<Waiter>::new(id), pace));
     }

@@ -40,16 +40,6 @@ pub fn device() -> TestDevice {
         if std::env::var("HYPATIA_RACE").is_err() {
             hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never);
         }
-        // Start every backend's device service before any op runs. CubeCL 0.10 holds a global
-        // lock while it starts a service on the device's runner thread, and a fusion stream
-        // starting there loads the compute client under the same lock: a Burn backend used
-        // first while Hypatia's ops are still queued on that thread deadlocks
-        // (`ChannelDeviceState::init`).
-        // In the binary's own float type: Burn 0.21 fixes the device's float dtype at its first
-        // tensor, whatever its kind.
-        let device = TestDevice::default();
-        let _ = Tensor::<PlainOf<crate::Float>, 1, Int>::zeros([1], &device).into_data();
-        let _ = Tensor::<FusedOf<crate::Float>, 1, Int>::zeros([1], &device).into_data();
     });
     TestDevice::default()
 }

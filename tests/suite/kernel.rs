@@ -131,3 +131,91 @@ fn tensor_core_execution_matches_burn() {
     ];
     check_with::<Plain, Fused, 3>(&cases, engine, tol);
 }
+
+/// `mask_fill(a · b, gate <= 0, 0)` (relu's backward) with `gate` a window of rows of a wider
+/// tensor: rows `pitch` apart, as CubeCL's CUDA runtime allocates tensors whose rows are not a
+/// multiple of its alignment (33 f32 are padded to 64). On every forced execution the gated
+/// step must run as Hypatia's and equal float64 and Burn's: such a gate fell back to Burn's ops
+/// (`unsupported-gate`), and a gate read at the output's offset instead of its row's is wrong.
+#[test]
+fn relu_grad_reads_a_pitched_gate() {
+    use burn::prelude::*;
+    use hypatia::kernel::ExecutionPolicy;
+    let device = device();
+    let dtype = DType::F32;
+    let client = <Runtime as cubecl::Runtime>::client(&device);
+    let mut policies = vec![ExecutionPolicy::Tiled, ExecutionPolicy::Split];
+    if hypatia::kernel::has_matrix_units(&client, dtype) {
+        policies.push(ExecutionPolicy::TensorCore);
+    }
+    let pitch = 64;
+    for policy in policies {
+        let _policy = PolicyGuard::set(policy);
+        for lead in [&[17][..], &[1], &[40]] {
+            let (k, n) = (9, 33);
+            let rows: usize = lead.iter().product();
+            let gated = |gate: &[f32], a: &[f32], b: &[f32]| -> Vec<f64> {
+                let mut out = vec![0.0f64; rows * n];
+                for (i, o) in out.iter_mut().enumerate() {
+                    let (r, c) = (i / n, i % n);
+                    let dot = (0..k)
+                        .map(|l| a[r * k + l] as f64 * b[l * n + c] as f64)
+                        .sum();
+                    let g = gate[r * pitch + c];
+                    *o = if g <= 0.0 { 0.0 } else { dot };
+                }
+                out
+            };
+            let a = values(11, rows * k);
+            let b = values(12, k * n);
+            let mut wide = values(13, rows * pitch);
+            for (at, special) in [(3, f32::NAN), (pitch + 4, 0.0), (2 * pitch, -0.0)] {
+                if at < wide.len() {
+                    wide[at] = special;
+                }
+            }
+            let reference = gated(&wide, &a, &b);
+            let run = |fused: bool| -> TensorData {
+                macro_rules! on {
+                    ($B:ty, $D:literal) => {{
+                        let shape = |last: usize| -> [usize; $D] {
+                            core::array::from_fn(|i| if i + 1 == $D { last } else { lead[i] })
+                        };
+                        let a = TensorData::new(a.clone(), shape(k));
+                        let a = Tensor::<$B, $D>::from_data(a, &device);
+                        let b = TensorData::new(b.clone(), [k, n]);
+                        let b = Tensor::<$B, 2>::from_data(b, &device).unsqueeze::<$D>();
+                        let wide = TensorData::new(wide.clone(), shape(pitch));
+                        let gate =
+                            Tensor::<$B, $D>::from_data(wide, &device).slice_dim($D - 1, 0..n);
+                        a.matmul(b)
+                            .mask_fill(gate.lower_equal_elem(0.0), 0.0)
+                            .into_data()
+                    }};
+                }
+                match fused {
+                    true => on!(Fused, 2),
+                    false => on!(Plain, 2),
+                }
+            };
+            poison::<Fused>(1 << 16, &device);
+            let before = hypatia::stats(&device).executed("matmul-relu-grad");
+            let actual = run(true);
+            let stats = hypatia::stats(&device);
+            assert_eq!(
+                stats.executed("matmul-relu-grad") - before,
+                1,
+                "{policy:?} {lead:?}: {:?}",
+                stats.patterns.get("matmul-relu-grad")
+            );
+            let expected = run(false);
+            let reference = TensorData::new(
+                reference.iter().map(|&v| v as f32).collect(),
+                expected.shape.clone(),
+            );
+            let tolerance = super::check::burn_tolerance(dtype);
+            assert_close(&actual, &reference, tolerance);
+            assert_close(&actual, &expected, tolerance);
+        }
+    }
+}

@@ -1,6 +1,7 @@
 mod activations;
 mod book;
 mod capture;
+mod chain_properties;
 mod check;
 mod common;
 mod conformance;
