@@ -229,7 +229,7 @@ pub fn store_epilogue<F: Float>(
 ///
 /// The split execution's second half: `input` is the inner backend's matmul output, read
 /// through its strides (a swapped view is fine); `out` and `pre` are contiguous with the same
-/// shape, `gate` its `[rows, n]` view (see [`store_epilogue`]); `bias` is a rank-1 view of the
+/// shape, `gate` its `[rows, n]` view (see [`store_epilogue()`]); `bias` is a rank-1 view of the
 /// last dim. Absent tensors are dummies.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]

@@ -398,11 +398,30 @@ pub(crate) fn is_contiguous(shape: &[usize], strides: &[usize]) -> bool {
 
 type Inputs<R> = (CubeTensor<R>, CubeTensor<R>, CubeTensor<R>);
 
+/// Whether `tensor` reads one batch for several of `out`'s: a batch dim of 1, or of stride 0,
+/// where `out`'s is larger.
+fn broadcast_batch<R: CubeRuntime>(tensor: &CubeTensor<R>, out: &[usize]) -> bool {
+    let (shape, strides) = (tensor.meta.shape(), tensor.meta.strides());
+    let batch = out.len().saturating_sub(2);
+    (0..batch.min(shape.len().saturating_sub(2)))
+        .any(|i| out[i] > 1 && (shape[i] != out[i] || strides[i] == 0))
+}
+
 /// Launches one tiling into `out`.
 fn launch_tiling<R: CubeRuntime>(
     tiling: &Tiling,
     (lhs, rhs, out): Inputs<R>,
 ) -> Result<(), String> {
+    let tma = tiling.loading != Loading::DoubleCyclic;
+    if tma
+        && [&lhs, &rhs]
+            .iter()
+            .any(|t| broadcast_batch(t, out.meta.shape()))
+    {
+        // On the H100 every TMA tiling hung (f16, x [3, 17, 33] · w [65, 33]ᵀ, w's batch of 1
+        // broadcast); the cyclic one ran (tests/half_f16.rs, `matches_burn_in_f16`).
+        return Err("TMA tilings do not take a broadcast batch".into());
+    }
     let elem: StorageType = lhs.dtype.into();
     let client = lhs.client.clone();
     let (lhs, rhs, out) = (lhs.binding(), rhs.binding(), out.binding());

@@ -38,7 +38,7 @@ pub const CUBE_SIDE: usize = 16;
 /// `out = epilogue(lhs · rhs + bias)`, and `pre = lhs · rhs + bias` when `write_pre`.
 ///
 /// The operands and outputs have the output's rank; broadcast batch dims have stride 0. `bias`
-/// is a rank-1 view of length `n`, `gate` the `[rows, n]` view [`store_epilogue`] reads; absent
+/// is a rank-1 view of length `n`, `gate` the `[rows, n]` view [`store_epilogue()`] reads; absent
 /// tensors (per `flags`) are dummies. Accumulates in f32 whatever the storage type. With
 /// `flags.row_sums`, each unit writes the column sums of its [`UNIT_M`] stored rows to
 /// `row_sums`, a row-major `[batch · m_tiles · CUBE_SIDE, n]` buffer of partial rows (see
