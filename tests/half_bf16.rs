@@ -23,20 +23,18 @@ fn mlp_chains_match_burn_in_bf16() {
     check::check_half_chain::<burn::tensor::bf16>();
 }
 
-/// Property cases in bf16 (`tests/suite/properties.rs`, `chain_properties.rs`): Linear+ReLU
-/// forward and backward, and chained MLPs.
+/// Property cases in bf16 (`tests/suite/properties.rs`, `chain_properties.rs`), one suite a test.
 #[test]
-fn properties_hold_in_bf16() {
-    use burn::prelude::Backend;
-    use burn::tensor::bf16;
-    type P = common::PlainOf<bf16>;
-    type H = common::FusedOf<bf16>;
-    if !P::supports_dtype(&common::device(), burn::tensor::DType::BF16) {
-        eprintln!("skipped: this device has no bf16 arithmetic");
-        return;
-    }
-    let forward = properties::check_forward::<bf16, P, H>(12);
-    let backward = properties::check_backward::<bf16, P, H>(6);
-    let chains = chain_properties::check_chains::<bf16, P, H>(6);
-    eprintln!("cases where Burn differs from float64: {forward:?} {backward:?} {chains:?}");
+fn forward_properties_hold_in_bf16() {
+    check::check_half_properties::<burn::tensor::bf16>(check::Properties::Forward);
+}
+
+#[test]
+fn backward_properties_hold_in_bf16() {
+    check::check_half_properties::<burn::tensor::bf16>(check::Properties::Backward);
+}
+
+#[test]
+fn chain_properties_hold_in_bf16() {
+    check::check_half_properties::<burn::tensor::bf16>(check::Properties::Chains);
 }

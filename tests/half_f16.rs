@@ -23,20 +23,18 @@ fn mlp_chains_match_burn_in_f16() {
     check::check_half_chain::<burn::tensor::f16>();
 }
 
-/// Property cases in f16 (`tests/suite/properties.rs`, `chain_properties.rs`): Linear+ReLU
-/// forward and backward, and chained MLPs.
+/// Property cases in f16 (`tests/suite/properties.rs`, `chain_properties.rs`), one suite a test.
 #[test]
-fn properties_hold_in_f16() {
-    use burn::prelude::Backend;
-    use burn::tensor::f16;
-    type P = common::PlainOf<f16>;
-    type H = common::FusedOf<f16>;
-    if !P::supports_dtype(&common::device(), burn::tensor::DType::F16) {
-        eprintln!("skipped: this device has no f16 arithmetic");
-        return;
-    }
-    let forward = properties::check_forward::<f16, P, H>(12);
-    let backward = properties::check_backward::<f16, P, H>(6);
-    let chains = chain_properties::check_chains::<f16, P, H>(6);
-    eprintln!("cases where Burn differs from float64: {forward:?} {backward:?} {chains:?}");
+fn forward_properties_hold_in_f16() {
+    check::check_half_properties::<burn::tensor::f16>(check::Properties::Forward);
+}
+
+#[test]
+fn backward_properties_hold_in_f16() {
+    check::check_half_properties::<burn::tensor::f16>(check::Properties::Backward);
+}
+
+#[test]
+fn chain_properties_hold_in_f16() {
+    check::check_half_properties::<burn::tensor::f16>(check::Properties::Chains);
 }

@@ -11,28 +11,40 @@
 # `run` unpacks .device/suite.tgz, restores CubeCL's autotune/PTX caches from
 # .device/cache.tar.xz (tools/device_cache.sh), runs each chunk with `--test-threads=1
 # --nocapture` (a chunk stopped by its limit shows how far it got) under
-# `timeout $CHUNK_TIMEOUT` (default 540 s), appends its output to $OUT/suite.log (or
-# .device/suite.log) and saves the caches to $OUT/cache.tar.xz: copy that to .device/ here
-# for the next call. PROPTEST_CASES sets the property tests' case count (default: each test's);
-# JOBS=N runs N chunks at once (default 1, in order).
+# `timeout $CHUNK_TIMEOUT` (default 480 s: a 10-minute call also restores and saves the
+# caches), appends its output to $OUT/suite.log (or .device/suite.log) and saves the caches to
+# $OUT/cache.tar.xz: copy that to .device/ here for the next call (check it with `xz -t`).
+# PROPTEST_CASES sets the property tests' case count (default: each test's); JOBS=N runs N
+# chunks at once (default 1, in order).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
-# name|binary|libtest arguments, the slowest first (with JOBS > 1 they start first).
-# `lib-rest` skips what the other lib chunks run, so a new suite module runs there without
-# being listed.
+# name|binary|libtest arguments|environment, the slowest first (with JOBS > 1 they start
+# first). `lib-rest` skips what the other lib chunks run, so a new suite module runs there
+# without being listed. The wgmma reference tests compile a kernel per tiling and case (NVRTC,
+# seconds each): HYPATIA_TEST_SHARD splits their tilings over processes.
 LIB_CHUNKS="suite::train suite::mlp suite::sync suite::race suite::replay suite::activations
 suite::kernel suite::long_run suite::property_tests"
 chunks() {
   local skips=""
   for m in $LIB_CHUNKS; do skips="$skips --skip $m"; done
   cat <<EOF
-hopper-bf16|hopper|wgmma_linear_matches_f64_reference_bf16
-hopper-f16|hopper|wgmma_linear_matches_f64_reference_f16
+hopper-bf16-0|hopper|--exact wgmma_linear_matches_f64_reference_bf16|HYPATIA_TEST_SHARD=0/2
+hopper-bf16-1|hopper|--exact wgmma_linear_matches_f64_reference_bf16|HYPATIA_TEST_SHARD=1/2
+hopper-f16-0|hopper|--exact wgmma_linear_matches_f64_reference_f16|HYPATIA_TEST_SHARD=0/2
+hopper-f16-1|hopper|--exact wgmma_linear_matches_f64_reference_f16|HYPATIA_TEST_SHARD=1/2
+hopper-tf32-0|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TEST_SHARD=0/2
+hopper-tf32-1|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TEST_SHARD=1/2
+half_f16-prop-forward|half_f16|--exact forward_properties_hold_in_f16
+half_bf16-prop-forward|half_bf16|--exact forward_properties_hold_in_bf16
+half_f16-prop-backward|half_f16|--exact backward_properties_hold_in_f16
+half_bf16-prop-backward|half_bf16|--exact backward_properties_hold_in_bf16
+half_f16-prop-chains|half_f16|--exact chain_properties_hold_in_f16
+half_bf16-prop-chains|half_bf16|--exact chain_properties_hold_in_bf16
 hopper|hopper|--skip wgmma_linear_matches_f64_reference
-half_f16|half_f16|
-half_bf16|half_bf16|
+half_f16|half_f16|--skip properties_hold
+half_bf16|half_bf16|--skip properties_hold
 lib-train|lib|suite::train
 lib-long-run|lib|suite::long_run
 lib-prop-forward|lib|suite::property_tests::forward
@@ -50,7 +62,9 @@ build() {
   set -e
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hypatia-cuda}
   mkdir -p .device/suite
-  cargo test --release --features cuda --lib --tests --no-run --message-format=json 2>/dev/null | python3 -c '
+  # Compiler messages go to the terminal; the artifacts' paths, from cargo's JSON, to Python.
+  set -o pipefail
+  cargo test --release --features cuda --lib --tests --no-run --message-format=json-render-diagnostics | python3 -c '
 import json, shutil, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -65,9 +79,10 @@ for line in sys.stdin:
 
 # One chunk: its libtest run under `timeout`, its output to $LOGS/NAME.log, one line to stdout.
 run_chunk() {
-  local name=$1 bin=$2 args=$3 start=$SECONDS
-  # shellcheck disable=SC2086 # the filters are separate arguments
-  (cd .device/suite && timeout "$LIMIT" "./$bin" --test-threads=1 --nocapture $args) >"$LOGS/$name.log" 2>&1
+  local name=$1 bin=$2 args=$3 vars=$4 start=$SECONDS
+  # shellcheck disable=SC2086 # the filters and variables are separate words
+  (cd .device/suite && env $vars timeout "$LIMIT" "./$bin" --test-threads=1 --nocapture $args) \
+    >"$LOGS/$name.log" 2>&1
   local rc=$? summary
   summary=$(grep -E '^test result' "$LOGS/$name.log" | tail -1 | sed 's/test result: //; s/; finished.*//')
   if [ "$rc" -eq 0 ]; then
@@ -81,19 +96,19 @@ run_chunk() {
 }
 
 run() {
-  LIMIT=${CHUNK_TIMEOUT:-540}
+  LIMIT=${CHUNK_TIMEOUT:-480}
   LOGS=$(mktemp -d)
   local log=${OUT:-$ROOT/.device}/suite.log jobs=${JOBS:-1} wanted=" $* " names=() failed=0
   tar xzf .device/suite.tgz -C .device
   bash tools/device_cache.sh restore
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-  while IFS='|' read -r name bin args; do
+  while IFS='|' read -r name bin args vars; do
     [ "$#" -eq 0 ] || [[ "$wanted" == *" $name "* ]] || continue
     names+=("$name")
     # JOBS > 1 runs that many chunks at once (separate processes on one GPU; CubeCL's cache
     # files are safe across processes): for correctness runs, never for timings.
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
-    run_chunk "$name" "$bin" "$args" &
+    run_chunk "$name" "$bin" "$args" "$vars" &
   done < <(chunks)
   while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
   for name in "${names[@]}"; do
@@ -106,7 +121,7 @@ run() {
 
 case "${1:-}" in
   build) build ;;
-  list) chunks | cut -d'|' -f1,2,3 | tr '|' '\t' ;;
+  list) chunks | tr '|' '\t' ;;
   run) shift; run "$@" ;;
   *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

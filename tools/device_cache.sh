@@ -3,7 +3,8 @@
 # starts bare), so only the first call pays for tuning and NVRTC. Run on the device machine from
 # anywhere under the repo, with tools/cubecl.toml beside the binaries.
 # `restore` (before a run): .device/cache.tar.xz -> target/.
-# `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz; copy that into .device/ here.
+# `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz (xz on every core: it runs in a
+# call's last seconds); copy that into .device/ here.
 #
 # CubeCL keys compiled PTX by kernel name and compile-time settings, not by source: PTX saved
 # by another build would run that build's kernels. So the cache holds the id of the binaries
@@ -22,7 +23,7 @@ case "$1" in
     fi ;;
   save)
     [ -d "$ROOT/target" ] && build_id >"$ROOT/target/build-id" &&
-      (cd "$ROOT/target" && tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . &&
+      (cd "$ROOT/target" && XZ_OPT="-T0 -3" tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . &&
         ls -la "$OUT/cache.tar.xz") ;;
 esac
 true

@@ -152,7 +152,10 @@ pub fn choose_execution<R: Runtime>(
         ExecutionPolicy::TensorCore => Execution::TensorCore,
         ExecutionPolicy::Split => Execution::Split,
         ExecutionPolicy::Auto => {
-            if has_matrix_units(client, problem.dtype) {
+            if exact_f32(problem.dtype) {
+                // Every engine candidate but the tiled kernel multiplies f32 as TF32.
+                Execution::Tiled
+            } else if has_matrix_units(client, problem.dtype) {
                 Execution::TensorCore
             } else if epilogue == Epilogue::Identity {
                 Execution::Split
@@ -160,6 +163,54 @@ pub fn choose_execution<R: Runtime>(
                 Execution::Tiled
             }
         }
+    }
+}
+
+/// How Hypatia's own kernels multiply f32 on a device with matrix units.
+///
+/// Burn's f32 matmul on CUDA runs on tensor cores as TF32 (cubek-matmul rounds f32 operands to
+/// TF32's 10-bit mantissa whenever a tensor-core kernel runs), so TF32 is what a Burn user's f32
+/// model computes today, and it is the default here too. `Exact` runs every f32 step Hypatia
+/// claims on the tiled kernel's f32 FMAs instead (no engine, no race against Burn's TF32 side):
+/// results within f32 rounding of a float64 reference, at plain-unit speed. Ops Hypatia does not
+/// claim run on Burn as before. Devices without matrix units (lavapipe) compute exact f32
+/// either way. Decision record 0001.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum F32Precision {
+    /// Tensor cores, TF32 operands, f32 accumulation (the default).
+    Tf32,
+    /// f32 FMAs.
+    Exact,
+}
+
+static F32_PRECISION: Setting<F32Precision> = Setting::new(
+    "HYPATIA_F32",
+    "f32 precision",
+    &[(F32Precision::Tf32, "tf32"), (F32Precision::Exact, "exact")],
+);
+
+/// Sets the f32 precision for the whole process. Without a call, `HYPATIA_F32=tf32|exact`
+/// decides, and `Tf32` if unset.
+pub fn set_f32_precision(precision: F32Precision) {
+    F32_PRECISION.set(precision);
+}
+
+/// The f32 precision in force.
+pub fn f32_precision() -> F32Precision {
+    F32_PRECISION.get()
+}
+
+/// Whether steps in `dtype` must multiply exact f32 ([`F32Precision::Exact`]).
+pub fn exact_f32(dtype: DType) -> bool {
+    dtype == DType::F32 && f32_precision() == F32Precision::Exact
+}
+
+impl core::str::FromStr for F32Precision {
+    type Err = String;
+
+    /// A precision by the name `HYPATIA_F32` takes: `tf32` or `exact`.
+    fn from_str(name: &str) -> Result<Self, String> {
+        F32_PRECISION.parse(name)
     }
 }
 
@@ -496,6 +547,24 @@ mod tests {
             &[Auto, Eager, Batched, Paced],
             "lazy",
         );
+    }
+
+    #[test]
+    fn f32_precisions_parse_by_their_env_names() {
+        use F32Precision::*;
+        assert_parses(&["tf32", "exact"], &[Tf32, Exact], "fp32");
+    }
+
+    #[test]
+    fn exact_f32_concerns_f32_only() {
+        let before = f32_precision();
+        set_f32_precision(F32Precision::Exact);
+        let exact = [DType::F32, DType::F16, DType::BF16].map(exact_f32);
+        set_f32_precision(F32Precision::Tf32);
+        let tf32 = exact_f32(DType::F32);
+        set_f32_precision(before);
+        assert_eq!(exact, [true, false, false]);
+        assert!(!tf32);
     }
 
     #[test]

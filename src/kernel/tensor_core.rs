@@ -483,10 +483,20 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         }));
     }
     #[cfg(feature = "cuda")]
-    {
-        use super::hopper::{WGMMA_FORCED_TILINGS, WGMMA_TILINGS, launch};
+    if hopper_offered() {
+        use super::hopper::{WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, launch};
+        // Each tiling declines the element types it does not fit.
         for tiling in WGMMA_TILINGS {
             list.push(Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
+                launch(tiling, &args)
+            }));
+        }
+        for tiling in WGMMA_TF32_TILINGS {
+            let name = format!("{} tf32", tiling.name());
+            list.push(Entry::tuned(name, move |args: LinearArgs<R>| {
+                if args.x.dtype != DType::F32 {
+                    return Err("a TF32 tiling".into());
+                }
                 launch(tiling, &args)
             }));
         }
@@ -500,6 +510,15 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         }
     }
     list
+}
+
+/// Whether the engine offers Hypatia's Hopper kernel: `HYPATIA_WGMMA=off` leaves it out (read
+/// once), so that a Hopper GPU measures what a device without `wgmma` (an A100, an RTX card)
+/// gets. For benchmarks; any other value, or none, offers it.
+#[cfg(feature = "cuda")]
+fn hopper_offered() -> bool {
+    static OFFERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFFERED.get_or_init(|| std::env::var("HYPATIA_WGMMA").as_deref() != Ok("off"))
 }
 
 /// Index in [`candidates`] of the candidate that ran last (`usize::MAX`: none yet).

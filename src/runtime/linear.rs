@@ -12,8 +12,8 @@ use crate::kernel::chain::MAX_CHAIN_LAYERS;
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
     EpilogueInputs, Execution, FlushPolicy, LinearOutputs, Operand, Profile, check_gate,
-    check_linear, choose_execution, flush_policy, has_matrix_units, launch_bias_activation,
-    launch_fused_linear,
+    check_linear, choose_execution, exact_f32, flush_policy, has_matrix_units,
+    launch_bias_activation, launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::stats;
@@ -315,6 +315,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let [x, w] = [fused.x, fused.w].map(|r| {
             (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
         });
+        if exact_f32(x.dtype) {
+            // Burn's side multiplies f32 as TF32: exact f32 is Hypatia's side alone.
+            return None;
+        }
         let x_handle = context.handles.get_handle_ref(&x.id)?;
         // A weight made by the step's own views has no handle yet: its shape keys it.
         let w_strides = (context.handles.get_handle_ref(&w.id)).map_or(&[][..], |h| &h.strides);

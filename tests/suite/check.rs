@@ -275,3 +275,32 @@ fn forwards<F: burn_cubecl::FloatElement, const D: usize>(
     let expected = plain.forward(Tensor::<PlainOf<F>, D>::from_data(x, &device));
     (actual.into_data(), expected.into_data())
 }
+
+/// One of the property suites (`properties.rs`, `chain_properties.rs`), for the half-precision
+/// binaries: each is a test of its own, so that a device runs them as separate processes.
+#[allow(dead_code)] // used by tests/half_*.rs only
+#[derive(Clone, Copy, Debug)]
+pub enum Properties {
+    /// Linear+ReLU forward, 12 cases.
+    Forward,
+    /// Linear+ReLU backward, 6 cases.
+    Backward,
+    /// Chained MLPs, 6 cases.
+    Chains,
+}
+
+/// Property cases in `F` through Hypatia's kernels against float64 and Burn.
+#[allow(dead_code)] // used by tests/half_*.rs only
+pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
+    use super::chain_properties::check_chains;
+    use super::properties::{check_backward, check_forward};
+    if !has_arithmetic::<F>() {
+        return;
+    }
+    let burn_wrong = match which {
+        Properties::Forward => format!("{:?}", check_forward::<F, PlainOf<F>, FusedOf<F>>(12)),
+        Properties::Backward => format!("{:?}", check_backward::<F, PlainOf<F>, FusedOf<F>>(6)),
+        Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
+    };
+    eprintln!("{which:?}: cases where Burn differs from float64: {burn_wrong}");
+}

@@ -485,10 +485,14 @@ fn run_problems(
     case: impl Fn(&Problem) -> Result<bool, TestCaseError>,
 ) -> Vec<Problem> {
     let burn_wrong = std::cell::RefCell::new(Vec::new());
+    let start = std::time::Instant::now();
     runner(cases)
         .run(&problem(policies(dtype)), |p| {
             let _policy = PolicyGuard::set(p.policy);
-            if case(&p)? {
+            let wrong = case(&p)?;
+            // Progress, so that a run stopped by a time limit shows how far it got.
+            eprintln!("{dtype:?} case done at {:.0?}: {p:?}", start.elapsed());
+            if wrong {
                 burn_wrong.borrow_mut().push(p);
             }
             Ok(())

@@ -11,11 +11,16 @@
 //! [tensor-core engine's](super::tensor_core) autotune, so it runs only where it measured
 //! fastest.
 //!
-//! Runs: f16 and bf16 (f32 accumulation), `x` row-major (any rank, rows flattened) or a
-//! transposed `[k, m]` matrix (a weight gradient's `xᵀ`), `w` a `[k, n]` matrix stored
-//! row-major (Burn's Linear weight) or transposed (`[n, k]` storage), `k` and `n` multiples of 8
-//! (TMA's 16-byte strides), 16-byte aligned operands, a contiguous bias and gate. Anything else
-//! is declined with a reason and another candidate runs.
+//! Runs: f16 and bf16 (f32 accumulation), and f32 as TF32 (what Burn's f32 matmul computes on
+//! tensor cores); `x` row-major (any rank, rows flattened) or a transposed `[k, m]` matrix (a
+//! weight gradient's `xᵀ`), `w` a `[k, n]` matrix stored row-major (Burn's Linear weight) or
+//! transposed (`[n, k]` storage), `k` and `n` multiples of 8 (TMA's 16-byte strides), 16-byte
+//! aligned operands, a contiguous bias and gate. Anything else is declined with a reason and
+//! another candidate runs. TF32 `wgmma` reads both operands K-major only, so an f32 operand in
+//! another layout is first copied K-major ([`transpose`]); the engine's autotune weighs that
+//! copy against the other candidates (decision record 0001).
+
+mod transpose;
 
 use super::Activation;
 use super::cuda::{CudaSource, launch_source};
@@ -30,10 +35,12 @@ use cubecl::zspace::metadata::Metadata;
 use std::fmt::Write;
 
 const KERNEL_SOURCE: &str = include_str!("wgmma_linear.cu");
-/// Depth of a stage along k (one 128-byte swizzle row of 16-bit elements).
-const BK: usize = 64;
+/// Bytes of one row of a stage: a 128-byte swizzle row along k (64 16-bit or 32 f32 values).
+const ROW_BYTES: usize = 128;
 /// Producer warpgroup + two consumer warpgroups.
 const THREADS: u32 = 384;
+/// Shared memory a Hopper SM gives one block.
+const SHARED_LIMIT: usize = 227 * 1024;
 
 /// One shape of the kernel: tile size, consumer schedule, pipeline depth, tile order and grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,17 +89,26 @@ impl WgmmaTiling {
         )
     }
 
-    fn shared_bytes(&self) -> usize {
-        let stage = (self.rows as usize + self.bn as usize) * BK * 2;
+    /// Dynamic shared memory for elements of `size` bytes.
+    fn shared_bytes(&self, size: usize) -> usize {
+        let stage = (self.rows as usize + self.bn as usize) * ROW_BYTES;
         // Two consumers' 64-row staged sub-tiles.
         let staging = if self.tma_store {
-            2 * 64 * self.store_cols as usize * 2
+            2 * 64 * self.store_cols as usize * size
         } else {
             0
         };
         // 1 KiB to align the first stage, two mbarriers per stage, two per consumer (its gate,
-        // its turn), and each consumer's copy of its tile's bias (16-bit).
-        1024 + self.stages as usize * (stage + 16) + 32 + staging + 2 * self.bn as usize * 2
+        // its turn), and each consumer's copy of its tile's bias.
+        1024 + self.stages as usize * (stage + 16) + 32 + staging + 2 * self.bn as usize * size
+    }
+
+    /// Whether this tiling runs elements of `size` bytes: it fits an SM's shared memory, and
+    /// its staged stores are whole 128-byte boxes.
+    pub fn runs(&self, size: usize) -> bool {
+        self.shared_bytes(size) <= SHARED_LIMIT
+            && (self.store_cols as usize * size).is_multiple_of(ROW_BYTES)
+            && self.bn.is_multiple_of(self.store_cols)
     }
 
     /// This tiling with each consumer on tiles of its own, `rows` (64 or 128) × `bn`.
@@ -125,6 +141,14 @@ pub const WGMMA_TILINGS: [WgmmaTiling; 4] = [
     tiling(192, 4, 16, true, true, 192).pingpong(128),
 ];
 
+/// The tilings the engine also tunes over for f32 (TF32): the first and last of
+/// [`WGMMA_TILINGS`] need more shared memory in f32 than an SM has (4-byte staging and bias),
+/// so these take their place with a stage fewer or half the staging.
+pub const WGMMA_TF32_TILINGS: [WgmmaTiling; 2] = [
+    tiling(256, 3, 16, true, true, 128),
+    tiling(192, 4, 16, true, true, 64).pingpong(128),
+];
+
 /// Tilings that run only when forced by name (`HYPATIA_ENGINE_CANDIDATE`, benchmarks'
 /// `--candidates`), kept for comparison: each extra candidate lengthens every autotune.
 pub const WGMMA_FORCED_TILINGS: [WgmmaTiling; 4] = [
@@ -154,18 +178,38 @@ const fn tiling(
     }
 }
 
-/// Element type of the 16-bit operands.
+/// Element type of the operands: 16-bit, or f32 multiplied as TF32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Half {
+enum Elem {
     F16,
     Bf16,
+    Tf32,
+}
+
+impl Elem {
+    fn of(dtype: DType) -> Option<Self> {
+        match dtype {
+            DType::BF16 => Some(Elem::Bf16),
+            DType::F16 => Some(Elem::F16),
+            DType::F32 => Some(Elem::Tf32),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element.
+    fn size(self) -> usize {
+        match self {
+            Elem::F16 | Elem::Bf16 => 2,
+            Elem::Tf32 => 4,
+        }
+    }
 }
 
 /// Everything that changes the generated source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct KernelConfig {
     tiling: WgmmaTiling,
-    half: Half,
+    elem: Elem,
     /// `x` a transposed view of `[k, m]` storage (M-major operand A) instead of `[m, k]`.
     a_m_major: bool,
     /// `w` stored `[n, k]` (K-major operand B) instead of `[k, n]`.
@@ -184,26 +228,27 @@ impl CudaSource for KernelConfig {
     }
 
     fn shared_bytes(&self) -> usize {
-        self.tiling.shared_bytes()
+        self.tiling.shared_bytes(self.elem.size())
     }
 
     /// The CUDA source: macros for this configuration, the generated wgmma wrapper, the kernel.
     fn source(&self) -> String {
-        let (elem, elem2, pack, to_f32, ptx) = match self.half {
-            Half::Bf16 => (
+        let (elem, elem2, pack, to_f32, ptx) = match self.elem {
+            Elem::Bf16 => (
                 "__nv_bfloat16",
                 "__nv_bfloat162",
                 "__floats2bfloat162_rn",
                 "__bfloat162float",
                 "bf16",
             ),
-            Half::F16 => (
+            Elem::F16 => (
                 "__half",
                 "__half2",
                 "__floats2half2_rn",
                 "__half2float",
                 "f16",
             ),
+            Elem::Tf32 => ("float", "float2", "make_float2", "", "tf32"),
         };
         let bn = self.tiling.bn;
         let mut src = String::from(
@@ -213,6 +258,7 @@ impl CudaSource for KernelConfig {
         );
         let _ = writeln!(src, "#define ELEM {elem}\n#define ELEM2 {elem2}");
         let _ = writeln!(src, "#define PACK2 {pack}\n#define TO_F32 {to_f32}");
+        let _ = writeln!(src, "#define ESIZE {}", self.elem.size());
         let _ = writeln!(
             src,
             "#define BN {bn}\n#define STAGES {}",
@@ -237,8 +283,9 @@ impl CudaSource for KernelConfig {
     }
 }
 
-/// `d += A·B` for one k16 step of an m64n`bn` tile: the inline-PTX wrapper, one `"+f"` operand
-/// per accumulator register.
+/// `d += A·B` for one step of an m64n`bn` tile (k16 for 16-bit types, k8 for tf32: 32 bytes of
+/// k either way): the inline-PTX wrapper, one `"+f"` operand per accumulator register. tf32
+/// takes no transpose operands (both K-major).
 fn wgmma_step(bn: u32, ptx_type: &str, transpose_a: bool, transpose_b: bool) -> String {
     let regs = bn / 2;
     let outs = (0..regs)
@@ -249,17 +296,25 @@ fn wgmma_step(bn: u32, ptx_type: &str, transpose_a: bool, transpose_b: bool) -> 
         .map(|i| format!("\"+f\"(d[{i}])"))
         .collect::<Vec<_>>()
         .join(", ");
+    let (k, transposes) = match ptx_type {
+        "tf32" => {
+            assert!(!transpose_a && !transpose_b, "tf32 wgmma is K-major only");
+            (8, String::new())
+        }
+        _ => (
+            16,
+            format!(", {}, {}", transpose_a as u32, transpose_b as u32),
+        ),
+    };
     format!(
         "__device__ __forceinline__ void wgmma_step(float (&d)[{regs}], u64 desc_a, u64 desc_b) {{\n\
          asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{scale}, 0; \
-         wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ptx_type}.{ptx_type} \
-         {{{outs}}}, %{regs}, %{b}, p, 1, 1, {trans_a}, {trans_b}; }}\"\n\
+         wgmma.mma_async.sync.aligned.m64n{bn}k{k}.f32.{ptx_type}.{ptx_type} \
+         {{{outs}}}, %{regs}, %{b}, p, 1, 1{transposes}; }}\"\n\
          : {operands}\n\
          : \"l\"(desc_a), \"l\"(desc_b), \"r\"(1));\n}}\n",
         b = regs + 1,
         scale = regs + 2,
-        trans_a = transpose_a as u32,
-        trans_b = transpose_b as u32,
     )
 }
 
@@ -336,11 +391,10 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if !supported(client) {
         return Err("needs an sm_90 device".into());
     }
-    let half = match args.x.dtype {
-        DType::BF16 => Half::Bf16,
-        DType::F16 => Half::F16,
-        other => return Err(format!("{other:?} has no 16-bit wgmma")),
-    };
+    let elem = Elem::of(args.x.dtype).ok_or(format!("{:?} has no wgmma", args.x.dtype))?;
+    if !tiling.runs(elem.size()) {
+        return Err(format!("{} does not fit {:?}", tiling.name(), args.x.dtype));
+    }
     let x_shape = args.x.meta.shape();
     let (w_shape, w_strides) = (args.w.meta.shape(), args.w.meta.strides());
     let k = x_shape[x_shape.len() - 1];
@@ -397,6 +451,18 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if m * n >= u32::MAX as usize {
         return Err("output larger than 32-bit indexing".into());
     }
+    // TF32 wgmma reads K-major operands only: copy the others K-major first.
+    let (mut x, mut w) = (args.x.clone(), args.w.clone());
+    let (mut a_m_major, mut x_pitch, mut b_k_major, mut w_pitch) =
+        (a_m_major, x_pitch, b_k_major, w_pitch);
+    if elem == Elem::Tf32 && a_m_major {
+        x = transpose::transposed(&x, [k, m, x_pitch])?;
+        (a_m_major, x_pitch) = (false, k);
+    }
+    if elem == Elem::Tf32 && !b_k_major {
+        w = transpose::transposed(&w, [k, n, w_pitch])?;
+        (b_k_major, w_pitch) = (true, k);
+    }
     // Persistent: one CTA per SM (fewer when there are fewer tiles).
     let bm = tiling.rows as usize;
     let tiles = n.div_ceil(tiling.bn as usize) * m.div_ceil(bm);
@@ -413,33 +479,35 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
 
     let config = KernelConfig {
         tiling,
-        half,
+        elem,
         a_m_major,
         b_k_major,
         activation: args.epilogue.activation(),
     };
     let bn = tiling.bn as usize;
+    // Elements per 128-byte row: a stage's depth along k, a staged output box's width.
+    let bk = ROW_BYTES / elem.size();
     let mut kernel_args = KernelArguments::new();
     kernel_args.tensor_maps.push(if a_m_major {
-        tensor_map(&args.x, [k, m, x_pitch], [BK, 64])
+        tensor_map(&x, [k, m, x_pitch], [bk, 64])
     } else {
-        tensor_map(&args.x, [m, k, x_pitch], [bm, BK])
+        tensor_map(&x, [m, k, x_pitch], [bm, bk])
     });
     kernel_args.tensor_maps.push(if b_k_major {
-        tensor_map(&args.w, [n, k, w_pitch], [bn, BK])
+        tensor_map(&w, [n, k, w_pitch], [bn, bk])
     } else {
-        tensor_map(&args.w, [k, n, w_pitch], [BK, 64])
+        tensor_map(&w, [k, n, w_pitch], [bk, 64])
     });
     kernel_args
         .tensor_maps
-        .push(tensor_map(&args.out, [m, n, n], [64, 64]));
+        .push(tensor_map(&args.out, [m, n, n], [64, bk]));
     if tiling.tma_store {
         // pre and the gate move through the output's staging buffer, in its layout.
         for tensor in [&args.pre, &args.gate] {
             let tensor = tensor.as_ref().unwrap_or(&args.out);
             kernel_args
                 .tensor_maps
-                .push(tensor_map(tensor, [m, n, n], [64, 64]));
+                .push(tensor_map(tensor, [m, n, n], [64, bk]));
         }
     }
     // The bias gradient's partial rows: one per 16 output rows (see the kernel's epilogue).
@@ -496,7 +564,7 @@ mod tests {
     fn bf16_config(tiling: WgmmaTiling, b_k_major: bool, activation: Activation) -> KernelConfig {
         KernelConfig {
             tiling,
-            half: Half::Bf16,
+            elem: Elem::Bf16,
             a_m_major: false,
             b_k_major,
             activation,
@@ -563,15 +631,37 @@ mod tests {
     #[test]
     fn shared_memory_fits_a_hopper_sm() {
         for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS) {
-            assert!(tiling.shared_bytes() <= 227 * 1024, "{tiling:?}");
+            assert!(tiling.runs(2), "{tiling:?}");
         }
+        for tiling in WGMMA_TF32_TILINGS {
+            assert!(tiling.runs(4), "{tiling:?}");
+        }
+        // The widest tuned tilings stage too much for f32; the TF32 list stands in for them.
+        assert!(!WGMMA_TILINGS[0].runs(4) && WGMMA_TILINGS[1].runs(4));
+    }
+
+    #[test]
+    fn tf32_source_reads_k_major_operands_in_k8_steps() {
+        let config = KernelConfig {
+            elem: Elem::Tf32,
+            ..bf16_config(WGMMA_TF32_TILINGS[0], true, Activation::Relu)
+        };
+        let source = config.source();
+        assert!(source.contains("m64n256k8.f32.tf32.tf32"));
+        assert!(source.contains("p, 1, 1; }"), "no transpose operands");
+        assert!(source.contains("#define ESIZE 4\n"));
+        assert!(source.contains("#define ELEM float\n"));
     }
 
     #[test]
     fn staged_stores_divide_the_tile_into_whole_boxes() {
-        for tiling in WGMMA_TILINGS.into_iter().chain(WGMMA_FORCED_TILINGS) {
+        let all = WGMMA_TILINGS
+            .into_iter()
+            .chain(WGMMA_FORCED_TILINGS)
+            .chain(WGMMA_TF32_TILINGS);
+        for tiling in all {
             let cols = tiling.store_cols;
-            assert!(cols % 64 == 0 && tiling.bn % cols == 0, "{tiling:?}");
+            assert!(cols % 32 == 0 && tiling.bn % cols == 0, "{tiling:?}");
             assert!(tiling.tma_store || cols == tiling.bn, "{tiling:?}");
         }
         assert_eq!(

@@ -38,10 +38,15 @@
 // training step's K = 1024 layers ~80% of their time (H100, 8192×1024×4096 bf16: 222 µs with
 // pre against 122 µs without).
 //
-// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, BN, STAGES, GROUP_M,
-// A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a multiple of 64 dividing
-// BN; BN without TMA_STORE) and wgmma_step(d, desc_a, desc_b); for ping-pong tilings also
-// PINGPONG 1 and MH (64-row halves of a consumer's tile).
+// f32 runs as TF32 (`wgmma ... .tf32`, what Burn's f32 matmul does on tensor cores): 4-byte
+// elements, so a 128-byte swizzle row holds 32 of k (BK) and a staged output box 32 columns
+// (CB); each wgmma still reads 32 bytes of k per row (k8 instead of k16). PTX's tf32 wgmma
+// takes both operands K-major only: the host hands it K-major copies (decision record 0001).
+//
+// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, ESIZE (bytes per element),
+// BN, STAGES, GROUP_M, A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a
+// multiple of CB dividing BN; BN without TMA_STORE) and wgmma_step(d, desc_a, desc_b); for
+// ping-pong tilings also PINGPONG 1 and MH (64-row halves of a consumer's tile).
 
 #ifndef PINGPONG
 #define PINGPONG 0
@@ -55,15 +60,25 @@
 #define MH 1
 #define BM 128
 #endif
-#define BK 64
+// k per stage: one 128-byte swizzle row.
+#define BK (128 / ESIZE)
+// Output columns per 128-byte staged box.
+#define CB (128 / ESIZE)
+// wgmma instructions per stage: each reads 32 bytes of k per row.
+#define K_STEPS 4
+// Bytes of 64 rows of a stage (one consumer's rows of A, one [64 k][64 n] box of M/N-major).
+#define ROWS64_BYTES (64 * 128)
 #define THREADS 384
-#define A_STAGE_BYTES (BM * BK * 2)
-#define B_STAGE_BYTES (BN * BK * 2)
+#define A_STAGE_BYTES (BM * 128)
+#define B_STAGE_BYTES (BN * 128)
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
-#define C_BYTES (64 * SUB * 2)
+#define C_BYTES (64 * SUB * ESIZE)
 #define SUBS (BN / SUB)
 #if !TMA_STORE && SUB != BN
 #error "stores from registers take the whole tile"
+#endif
+#if ESIZE == 4 && (A_M_MAJOR || !B_K_MAJOR)
+#error "tf32 wgmma reads K-major operands only"
 #endif
 
 struct Params {
@@ -147,6 +162,30 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, in
         :: "l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 
+// Two adjacent elements to / from shared memory (4 bytes of 16-bit pairs, 8 of f32 pairs).
+__device__ __forceinline__ void st_pair(u32 addr, ELEM2 v) {
+#if ESIZE == 2
+    asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(*reinterpret_cast<u32*>(&v))
+                 : "memory");
+#else
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y)
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ ELEM2 ld_pair(u32 addr) {
+#if ESIZE == 2
+    u32 bits;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(addr) : "memory");
+    return *reinterpret_cast<ELEM2*>(&bits);
+#else
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr)
+                 : "memory");
+    return v;
+#endif
+}
+
 // Makes a consumer's staged 64 × SUB tile (at `c_tile`) visible to the TMA unit, then one
 // thread stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA)
 // and commits the store. Every thread of consumer `cw` calls it.
@@ -156,8 +195,8 @@ __device__ __forceinline__ void store_staged(const CUtensorMap* map, u32 c_tile,
     asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
     if (t128 == 0) {
 #pragma unroll
-        for (u32 box = 0; box < SUB / 64; ++box) {
-            tma_store_2d(map, c_tile + box * (64 * 128), (int)(n0 + 64 * box), (int)m0);
+        for (u32 box = 0; box < SUB / CB; ++box) {
+            tma_store_2d(map, c_tile + box * ROWS64_BYTES, (int)(n0 + CB * box), (int)m0);
         }
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
@@ -169,8 +208,8 @@ __device__ __forceinline__ void load_gate(const CUtensorMap* map, u32 c_tile, u3
                                           u32 n0) {
     mbar_expect_tx(bar, C_BYTES);
 #pragma unroll
-    for (u32 box = 0; box < SUB / 64; ++box) {
-        tma_load_2d(c_tile + box * (64 * 128), map, bar, (int)(n0 + 64 * box), (int)m0);
+    for (u32 box = 0; box < SUB / CB; ++box) {
+        tma_load_2d(c_tile + box * ROWS64_BYTES, map, bar, (int)(n0 + CB * box), (int)m0);
     }
 }
 
@@ -208,12 +247,12 @@ __device__ __forceinline__ void tile_origin(u32 t, u32 tiles_m, u32 tiles_n, u32
     n0 = (in_group / rows) * BN;
 }
 
-// Shared-memory address of (row r, column c) of a consumer's staged 64 × SUB tile: box c / 64
+// Shared-memory address of (row r, column c) of a consumer's staged 64 × SUB tile: box c / CB
 // of [64 rows][128 bytes], 16-byte chunks XOR row % 8 (TMA's 128-byte swizzle).
 __device__ __forceinline__ u32 staged_addr(u32 c_tile, u32 r, u32 col_local) {
-    const u32 c = col_local % 64;
-    return c_tile + (col_local / 64) * (64 * 128) + r * 128 + (((c / 8) ^ (r % 8)) * 16)
-        + (c % 8) * 2;
+    const u32 byte = (col_local % CB) * ESIZE;
+    return c_tile + (col_local / CB) * ROWS64_BYTES + r * 128 + (((byte / 16) ^ (r % 8)) * 16)
+        + byte % 16;
 }
 
 // Stages the pre-activation (accumulators + bias, rounded) of sub-tile `sub` of a consumer's
@@ -228,10 +267,8 @@ __device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* 
         const float b1 = TO_F32(bias_s[col_local + 1]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            ELEM2 packed = PACK2(d[j * 4 + h * 2] + b0, d[j * 4 + h * 2 + 1] + b1);
-            asm volatile("st.shared.b32 [%0], %1;"
-                         :: "r"(staged_addr(c_tile, row_local0 + h * 8, col_local - sub * SUB)),
-                            "r"(*reinterpret_cast<u32*>(&packed)) : "memory");
+            st_pair(staged_addr(c_tile, row_local0 + h * 8, col_local - sub * SUB),
+                    PACK2(d[j * 4 + h * 2] + b0, d[j * 4 + h * 2 + 1] + b1));
         }
     }
 }
@@ -301,9 +338,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                 // sits where this thread's output goes.
                 const u32 addr = staged_addr(c_tile, row_local0 + h * 8, col_local - sub * SUB);
                 if (GATED) {
-                    u32 bits;
-                    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(addr) : "memory");
-                    const ELEM2 gate2 = *reinterpret_cast<ELEM2*>(&bits);
+                    const ELEM2 gate2 = ld_pair(addr);
                     g[jj][h * 2] = TO_F32(gate2.x);
                     g[jj][h * 2 + 1] = TO_F32(gate2.y);
                 }
@@ -330,8 +365,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
 #if TMA_STORE
                 (void)pre;
                 (void)write_pre;
-                asm volatile("st.shared.b32 [%0], %1;"
-                             :: "r"(addr), "r"(*reinterpret_cast<u32*>(&packed)) : "memory");
+                st_pair(addr, packed);
 #else
                 (void)c_tile;
                 if (inside) {
@@ -441,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #if A_M_MAJOR
 #pragma unroll
                     for (u32 j = 0; j < BM / 64; ++j) {
-                        tma_load_2d(sa + j * (64 * BK * 2), &tm_a, full + s * 8,
+                        tma_load_2d(sa + j * ROWS64_BYTES, &tm_a, full + s * 8,
                                     (int)(m0 + 64 * j), (int)(kt * BK));
                     }
 #else
@@ -452,7 +486,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #else
 #pragma unroll
                     for (u32 j = 0; j < BN / 64; ++j) {
-                        tma_load_2d(sb + j * (64 * BK * 2), &tm_b, full + s * 8,
+                        tma_load_2d(sb + j * ROWS64_BYTES, &tm_b, full + s * 8,
                                     (int)(n0 + 64 * j), (int)(kt * BK));
                     }
 #endif
@@ -530,21 +564,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                 const u32 s = it % STAGES;
                 mbar_wait(full + s * 8, (it / STAGES) & 1);
                 // Rows 64h.. of the stage's A: this consumer's 64 (cooperative) or its h-th.
-                const u32 sa = base + s * STAGE_BYTES + (PINGPONG ? 0 : cw * (64 * BK * 2));
+                const u32 sa = base + s * STAGE_BYTES + (PINGPONG ? 0 : cw * ROWS64_BYTES);
                 const u32 sb = base + s * STAGE_BYTES + A_STAGE_BYTES;
                 wgmma_fence();
 #pragma unroll
-                for (u32 kk = 0; kk < BK / 16; ++kk) {
+                for (u32 kk = 0; kk < K_STEPS; ++kk) {
 #if B_K_MAJOR
                     const u64 db = make_desc(sb + kk * 32, 16, 1024);
 #else
-                    const u64 db = make_desc(sb + kk * (16 * 128), 64 * BK * 2, 1024);
+                    const u64 db = make_desc(sb + kk * (16 * 128), ROWS64_BYTES, 1024);
 #endif
 #pragma unroll
                     for (u32 h = 0; h < MH; ++h) {
-                        const u32 sah = sa + h * (64 * BK * 2);
+                        const u32 sah = sa + h * ROWS64_BYTES;
 #if A_M_MAJOR
-                        const u64 da = make_desc(sah + kk * (16 * 128), 64 * BK * 2, 1024);
+                        const u64 da = make_desc(sah + kk * (16 * 128), ROWS64_BYTES, 1024);
 #else
                         const u64 da = make_desc(sah + kk * 32, 16, 1024);
 #endif
