@@ -115,4 +115,8 @@ mod book {
     struct Performance;
     #[doc = include_str!("../book/src/troubleshooting.md")]
     struct Troubleshooting;
+    #[doc = include_str!("../book/src/decisions.md")]
+    struct Decisions;
+    #[doc = include_str!("../book/src/decisions/0001-tf32.md")]
+    struct Decision0001;
 }

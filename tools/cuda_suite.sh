@@ -23,7 +23,9 @@ cd "$ROOT"
 # name|binary|libtest arguments|environment, the slowest first (with JOBS > 1 they start
 # first). `lib-rest` skips what the other lib chunks run, so a new suite module runs there
 # without being listed. The wgmma reference tests compile a kernel per tiling and case (NVRTC,
-# seconds each): HYPATIA_TEST_SHARD splits their tilings over processes.
+# seconds each): HYPATIA_TEST_SHARD splits their tilings over processes. Each backward property
+# case is a new shape that a cold process compiles and autotunes for one to three minutes: those
+# suites run as processes of a few cases each, each from its own seed.
 LIB_CHUNKS="suite::train suite::mlp suite::sync suite::race suite::replay suite::activations
 suite::kernel suite::long_run suite::property_tests"
 chunks() {
@@ -38,8 +40,14 @@ hopper-tf32-0|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TES
 hopper-tf32-1|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TEST_SHARD=1/2
 half_f16-prop-forward|half_f16|--exact forward_properties_hold_in_f16
 half_bf16-prop-forward|half_bf16|--exact forward_properties_hold_in_bf16
-half_f16-prop-backward|half_f16|--exact backward_properties_hold_in_f16
-half_bf16-prop-backward|half_bf16|--exact backward_properties_hold_in_bf16
+half_f16-prop-backward-0|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
+half_f16-prop-backward-1|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
+half_f16-prop-backward-2|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
+half_bf16-prop-backward-0|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
+half_bf16-prop-backward-1|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
+half_bf16-prop-backward-2|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
+lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=1
+lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
 half_f16-prop-chains|half_f16|--exact chain_properties_hold_in_f16
 half_bf16-prop-chains|half_bf16|--exact chain_properties_hold_in_bf16
 hopper|hopper|--skip wgmma_linear_matches_f64_reference
@@ -48,7 +56,6 @@ half_bf16|half_bf16|--skip properties_hold
 lib-train|lib|suite::train
 lib-long-run|lib|suite::long_run
 lib-prop-forward|lib|suite::property_tests::forward
-lib-prop-backward|lib|suite::property_tests::backward
 lib-rest|lib|$skips
 lib-mlp|lib|suite::mlp suite::sync suite::race suite::replay
 lib-kernels|lib|suite::activations suite::kernel

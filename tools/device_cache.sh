@@ -23,7 +23,7 @@ case "$1" in
     fi ;;
   save)
     [ -d "$ROOT/target" ] && build_id >"$ROOT/target/build-id" &&
-      (cd "$ROOT/target" && XZ_OPT="-T0 -3" tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . &&
+      (cd "$ROOT/target" && XZ_OPT="-T0" tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . &&
         ls -la "$OUT/cache.tar.xz") ;;
 esac
 true

@@ -1,10 +1,10 @@
 //! The book's code runs as doc tests (`src/lib.rs` includes each chapter under
 //! `cfg(doctest)`); these tests keep it that way as chapters are added.
 
-use std::path::Path;
+use super::common::repo_file;
 
 fn read(path: &str) -> String {
-    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let full = repo_file(path);
     std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
 }
 

@@ -15,10 +15,10 @@ use burn_ir::OperationIr;
 use serde_json::Value;
 use std::collections::HashMap;
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/mlp_backward.json"
-);
+/// The committed fixture (see [`repo_file`]).
+fn fixture() -> std::path::PathBuf {
+    repo_file("tests/fixtures/mlp_backward.json")
+}
 
 type Train = Autodiff<Fused>;
 
@@ -83,10 +83,10 @@ fn mlp_backward_stream_matches_the_fixture() {
     let captured = normalise(&capture_backward());
     if std::env::var("HYPATIA_BLESS").is_ok_and(|v| v == "1") {
         let text = serde_json::to_string_pretty(&captured).unwrap();
-        std::fs::write(FIXTURE, text + "\n").expect("write the fixture");
+        std::fs::write(fixture(), text + "\n").expect("write the fixture");
     }
     let fixture: Value = serde_json::from_str(
-        &std::fs::read_to_string(FIXTURE).expect("tests/fixtures/mlp_backward.json"),
+        &std::fs::read_to_string(fixture()).expect("tests/fixtures/mlp_backward.json"),
     )
     .expect("the fixture is JSON");
     let (captured, fixture) = (
@@ -105,7 +105,7 @@ fn mlp_backward_stream_matches_the_fixture() {
 #[test]
 fn fixture_has_each_layers_backward_ops() {
     let fixture: Value =
-        serde_json::from_str(&std::fs::read_to_string(FIXTURE).expect("fixture")).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture()).expect("fixture")).unwrap();
     let names: Vec<String> = fixture.as_array().unwrap().iter().map(op_name).collect();
     let count = |name: &str| names.iter().filter(|n| n.as_str() == name).count();
     // Three layers: dW and db for each, dx for the two above the input.

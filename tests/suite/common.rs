@@ -217,3 +217,18 @@ pub fn chain_launches() -> u64 {
         .get("mlp-chain")
         .map_or(0, |p| p.executed)
 }
+
+/// `path` (relative to the repository root): under the directory the crate was built in, or,
+/// where the binary runs on a copy of the checkout elsewhere (a GPU machine), under the first
+/// directory above the working directory that holds `tests/fixtures`.
+#[allow(dead_code)] // not every test binary reads repository files
+pub fn repo_file(path: &str) -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if built.join(path).exists() {
+        return built.join(path);
+    }
+    let cwd = std::env::current_dir().expect("a working directory");
+    (cwd.ancestors())
+        .find(|dir| dir.join("tests/fixtures").is_dir())
+        .map_or_else(|| built.join(path), |root| root.join(path))
+}

@@ -17,8 +17,9 @@
 //! transposed (`[n, k]` storage), `k` and `n` multiples of 8 (TMA's 16-byte strides), 16-byte
 //! aligned operands, a contiguous bias and gate. Anything else is declined with a reason and
 //! another candidate runs. TF32 `wgmma` reads both operands K-major only, so an f32 operand in
-//! another layout is first copied K-major ([`transpose`]); the engine's autotune weighs that
-//! copy against the other candidates (decision record 0001).
+//! another layout is first copied K-major ([`transpose`]), inside the launch that the engine's
+//! autotune times. The engine offers f32 to this kernel only under `HYPATIA_WGMMA=tf32` for now
+//! (decision record 0001).
 
 mod transpose;
 
