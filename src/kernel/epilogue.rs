@@ -94,26 +94,29 @@ impl Epilogue {
 }
 
 /// The function a kernel applies before the store, a compile-time switch of its epilogue.
+/// The values are the codes of the CUDA kernels' `ACT_*` macros (`hopper/wgmma_linear.cu`; a
+/// test checks that the two agree).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u32)]
 pub enum Activation {
     /// Nothing.
-    None,
+    None = 0,
     /// Burn's relu.
-    Relu,
+    Relu = 1,
     /// Exact GELU.
-    Gelu,
+    Gelu = 2,
     /// Tanh GELU.
-    GeluTanh,
+    GeluTanh = 3,
     /// SiLU.
-    Silu,
+    Silu = 4,
     /// LeakyReLU with slope `alpha`.
-    LeakyRelu,
+    LeakyRelu = 5,
     /// `clamp(x, alpha, beta)`.
-    Clamp,
+    Clamp = 6,
 }
 
 impl Activation {
-    /// The code the Hopper kernel reads from its flags.
+    /// The code the CUDA kernels compile in as `ACT`.
     pub fn code(&self) -> u32 {
         *self as u32
     }
@@ -259,4 +262,39 @@ pub fn bias_activation_kernel<F: Float>(
     let col = index % out.shape(rank - 1);
     let value = f32::cast_from(input[offset]);
     store_epilogue::<F>(value, col, index, bias, gate, out, pre, alpha, beta, flags);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activation_codes_are_the_cuda_kernels_act_macros() {
+        let source = include_str!("hopper/wgmma_linear.cu");
+        let define = |name: &str| -> Option<u32> {
+            let line = (source.lines()).find(|l| l.starts_with(&format!("#define ACT_{name} ")))?;
+            line.split_whitespace()
+                .nth(2)?
+                .trim_end_matches('u')
+                .parse()
+                .ok()
+        };
+        let named = [
+            ("RELU", Activation::Relu),
+            ("GELU", Activation::Gelu),
+            ("GELU_TANH", Activation::GeluTanh),
+            ("SILU", Activation::Silu),
+            ("LEAKY_RELU", Activation::LeakyRelu),
+            ("CLAMP", Activation::Clamp),
+        ];
+        for (name, activation) in named {
+            assert_eq!(define(name), Some(activation.code()), "ACT_{name}");
+        }
+        // The kernel's `switch` applies nothing for any other code: `None`'s is none of them.
+        assert!(
+            named
+                .iter()
+                .all(|(_, a)| a.code() != Activation::None.code())
+        );
+    }
 }

@@ -214,6 +214,12 @@ fn relu_grad_reads_a_pitched_gate() {
                 expected.shape.clone(),
             );
             let tolerance = super::check::burn_tolerance(dtype);
+            // Which execution a failure below belongs to, and (under the tensor-core engine)
+            // which candidate ran last.
+            eprintln!(
+                "{policy:?} {lead:?}: engine's last candidate {:?}",
+                hypatia::kernel::tensor_core::last_candidate::<Runtime>()
+            );
             assert_close(&actual, &reference, tolerance);
             assert_close(&actual, &expected, tolerance);
         }

@@ -455,8 +455,12 @@ pub fn judge(
         (Ok(()), _) => {}
         (Err(_), Some(_)) if agree(&h, &b, burn_tol).is_ok() => {}
         (Err(error), _) => {
+            // The engine's last candidate: on a device with matrix units, likely the one that
+            // ran this output's step.
+            let candidate = hypatia::kernel::tensor_core::last_candidate::<Runtime>();
             return Err(TestCaseError::fail(format!(
-                "{what}: Hypatia vs float64: {error}; Burn vs float64: {burn_wrong:?}"
+                "{what}: Hypatia vs float64: {error}; Burn vs float64: {burn_wrong:?}; \
+                 engine's last candidate: {candidate:?}"
             )));
         }
     }
