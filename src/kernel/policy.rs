@@ -214,6 +214,44 @@ impl core::str::FromStr for F32Precision {
     }
 }
 
+/// Which element types the tensor-core engine offers Hypatia's Hopper kernel for (CUDA builds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgmmaOffer {
+    /// f16 and bf16 (the default).
+    Auto,
+    /// None: a Hopper GPU measures what a device without `wgmma` (an A100, an RTX card) gets.
+    Off,
+    /// f16, bf16 and f32 as TF32. Not the default yet: the kernel matches a float64 reference
+    /// on every tiling (`tests/hopper.rs`), but with it offered the f32 backward property test
+    /// failed on an H100 (decision record 0001).
+    Tf32,
+}
+
+static WGMMA_OFFER: Setting<WgmmaOffer> = Setting::new(
+    "HYPATIA_WGMMA",
+    "wgmma",
+    &[
+        (WgmmaOffer::Auto, "auto"),
+        (WgmmaOffer::Off, "off"),
+        (WgmmaOffer::Tf32, "tf32"),
+    ],
+);
+
+/// The offer in force: `HYPATIA_WGMMA=auto|off|tf32`, `Auto` if unset. No setter: the engine
+/// builds its candidate list once per process, so the variable is read once, before it.
+pub fn wgmma_offer() -> WgmmaOffer {
+    WGMMA_OFFER.get()
+}
+
+impl core::str::FromStr for WgmmaOffer {
+    type Err = String;
+
+    /// An offer by the name `HYPATIA_WGMMA` takes: `auto`, `off` or `tf32`.
+    fn from_str(name: &str) -> Result<Self, String> {
+        WGMMA_OFFER.parse(name)
+    }
+}
+
 /// Whether a run of fused layers becomes one MLP-chain launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainPolicy {
@@ -553,6 +591,12 @@ mod tests {
     fn f32_precisions_parse_by_their_env_names() {
         use F32Precision::*;
         assert_parses(&["tf32", "exact"], &[Tf32, Exact], "fp32");
+    }
+
+    #[test]
+    fn wgmma_offers_parse_by_their_env_names() {
+        use WgmmaOffer::*;
+        assert_parses(&["auto", "off", "tf32"], &[Auto, Off, Tf32], "on");
     }
 
     #[test]

@@ -483,68 +483,36 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         }));
     }
     #[cfg(feature = "cuda")]
-    if wgmma_offer() != WgmmaOffer::Off {
+    if super::wgmma_offer() != super::WgmmaOffer::Off {
         use super::hopper::{WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, launch};
-        // Each tiling declines the element types it does not fit, and f32 unless offered.
-        let run = |tiling| {
-            move |args: LinearArgs<R>| {
-                if args.x.dtype == DType::F32 && wgmma_offer() != WgmmaOffer::Tf32 {
+        // Each tiling declines the element types it does not fit, f32 unless offered, and a
+        // TF32 tiling anything but f32.
+        let entry = |name: String, tiling, f32_only: bool| {
+            Entry::tuned(name, move |args: LinearArgs<R>| {
+                let f32 = args.x.dtype == DType::F32;
+                if f32 && super::wgmma_offer() != super::WgmmaOffer::Tf32 {
                     return Err("TF32 wgmma is offered under HYPATIA_WGMMA=tf32 only".into());
                 }
-                launch(tiling, &args)
-            }
-        };
-        for tiling in WGMMA_TILINGS {
-            list.push(Entry::tuned(tiling.name(), run(tiling)));
-        }
-        for tiling in WGMMA_TF32_TILINGS {
-            let name = format!("{} tf32", tiling.name());
-            let run = run(tiling);
-            list.push(Entry::tuned(name, move |args: LinearArgs<R>| {
-                if args.x.dtype != DType::F32 {
+                if f32_only && !f32 {
                     return Err("a TF32 tiling".into());
                 }
-                run(args)
-            }));
+                launch(tiling, &args)
+            })
+        };
+        for tiling in WGMMA_TILINGS {
+            list.push(entry(tiling.name(), tiling, false));
+        }
+        for tiling in WGMMA_TF32_TILINGS {
+            list.push(entry(format!("{} tf32", tiling.name()), tiling, true));
         }
         for tiling in WGMMA_FORCED_TILINGS {
             list.push(Entry {
                 tuned: false,
-                ..Entry::tuned(tiling.name(), run(tiling))
+                ..entry(tiling.name(), tiling, false)
             });
         }
     }
     list
-}
-
-/// Which element types the engine offers Hypatia's Hopper kernel for.
-#[cfg(feature = "cuda")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WgmmaOffer {
-    /// None: a Hopper GPU measures what a device without `wgmma` (an A100, an RTX card) gets.
-    Off,
-    /// f16 and bf16 (the default).
-    Half,
-    /// f16, bf16 and f32 as TF32. Not the default yet: the kernel matches a float64 reference
-    /// on every tiling (`tests/hopper.rs`), but with it offered the f32 backward property test
-    /// failed on an H100 (decision record 0001).
-    Tf32,
-}
-
-/// `HYPATIA_WGMMA=off|auto|tf32` (read once; unset is `auto`, f16 and bf16). For benchmarks
-/// and for the TF32 work of decision record 0001.
-#[cfg(feature = "cuda")]
-fn wgmma_offer() -> WgmmaOffer {
-    static OFFER: std::sync::OnceLock<WgmmaOffer> = std::sync::OnceLock::new();
-    *OFFER.get_or_init(|| match std::env::var("HYPATIA_WGMMA").as_deref() {
-        Ok("off") => WgmmaOffer::Off,
-        Ok("tf32") => WgmmaOffer::Tf32,
-        Ok("auto") | Err(_) => WgmmaOffer::Half,
-        Ok(other) => {
-            log::warn!("hypatia: HYPATIA_WGMMA={other:?} is none of off, auto, tf32: auto");
-            WgmmaOffer::Half
-        }
-    })
 }
 
 /// Index in [`candidates`] of the candidate that ran last (`usize::MAX`: none yet).

@@ -453,17 +453,15 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("output larger than 32-bit indexing".into());
     }
     // TF32 wgmma reads K-major operands only: copy the others K-major first.
-    let (mut x, mut w) = (args.x.clone(), args.w.clone());
-    let (mut a_m_major, mut x_pitch, mut b_k_major, mut w_pitch) =
-        (a_m_major, x_pitch, b_k_major, w_pitch);
-    if elem == Elem::Tf32 && a_m_major {
-        x = transpose::transposed(&x, [k, m, x_pitch])?;
-        (a_m_major, x_pitch) = (false, k);
-    }
-    if elem == Elem::Tf32 && !b_k_major {
-        w = transpose::transposed(&w, [k, n, w_pitch])?;
-        (b_k_major, w_pitch) = (true, k);
-    }
+    let tf32 = elem == Elem::Tf32;
+    let (x, a_m_major, x_pitch) = match tf32 && a_m_major {
+        true => (transpose::transposed(&args.x, [k, m, x_pitch])?, false, k),
+        false => (args.x.clone(), a_m_major, x_pitch),
+    };
+    let (w, b_k_major, w_pitch) = match tf32 && !b_k_major {
+        true => (transpose::transposed(&args.w, [k, n, w_pitch])?, true, k),
+        false => (args.w.clone(), b_k_major, w_pitch),
+    };
     // Persistent: one CTA per SM (fewer when there are fewer tiles).
     let bm = tiling.rows as usize;
     let tiles = n.div_ceil(tiling.bn as usize) * m.div_ceil(bm);
