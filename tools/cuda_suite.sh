@@ -6,7 +6,8 @@
 #   tools/cuda_suite.sh build            here: build every test binary, pack .device/suite.tgz
 #   tools/cuda_suite.sh list             the chunks, in order
 #   tools/cuda_suite.sh run [CHUNK ...]  on the GPU machine, from the repo root: the chunks
-#                                        named (all, in order, if none); one line per chunk
+#                                        named, in that order (all, in list order, if none);
+#                                        CHUNK@VAR=VALUE adds a variable; one line per chunk
 #
 # `run` unpacks .device/suite.tgz, restores CubeCL's autotune/PTX caches from
 # .device/cache.tar.xz (tools/device_cache.sh), runs each chunk with `--test-threads=1
@@ -105,18 +106,27 @@ run_chunk() {
 run() {
   LIMIT=${CHUNK_TIMEOUT:-480}
   LOGS=$(mktemp -d)
-  local log=${OUT:-$ROOT/.device}/suite.log jobs=${JOBS:-1} wanted=" $* " names=() failed=0
+  local log=${OUT:-$ROOT/.device}/suite.log jobs=${JOBS:-1} names=() failed=0
   tar xzf .device/suite.tgz -C .device
   bash tools/device_cache.sh restore
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-  while IFS='|' read -r name bin args vars; do
-    [ "$#" -eq 0 ] || [[ "$wanted" == *" $name "* ]] || continue
-    names+=("$name")
+  [ "$#" -gt 0 ] || set -- $(chunks | cut -d'|' -f1)
+  for want in "$@"; do
+    # NAME@VAR=VALUE runs chunk NAME with one more variable (e.g. lib-kernels@HYPATIA_WGMMA=tf32).
+    local base=${want%%@*} extra="" line name bin args vars
+    [[ "$want" != *@* ]] || extra=${want#*@}
+    if ! line=$(chunks | grep -m1 "^$base|"); then
+      echo "$want: FAIL no such chunk (tools/cuda_suite.sh list)"
+      failed=1
+      continue
+    fi
+    IFS='|' read -r name bin args vars <<<"$line"
+    names+=("$want")
     # JOBS > 1 runs that many chunks at once (separate processes on one GPU; CubeCL's cache
     # files are safe across processes): for correctness runs, never for timings.
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
-    run_chunk "$name" "$bin" "$args" "$vars" &
-  done < <(chunks)
+    run_chunk "$want" "$bin" "$args" "$vars $extra" &
+  done
   while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
   for name in "${names[@]}"; do
     echo "=== $name" && cat "$LOGS/$name.log"

@@ -4,7 +4,8 @@
 # anywhere under the repo, with tools/cubecl.toml beside the binaries.
 # `restore` (before a run): .device/cache.tar.xz -> target/.
 # `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz (xz on every core: it runs in a
-# call's last seconds); copy that into .device/ here.
+# call's last seconds; the autotune results alone if PTX would make it too large to come back);
+# copy that into .device/ here.
 #
 # CubeCL keys compiled PTX by kernel name and compile-time settings, not by source: PTX saved
 # by another build would run that build's kernels. So the cache holds the id of the binaries
@@ -22,8 +23,12 @@ case "$1" in
       rm -rf "$ROOT/target/cuda"
     fi ;;
   save)
+    # The device tool returns files of up to 16 MiB: past that, the autotune results alone.
     [ -d "$ROOT/target" ] && build_id >"$ROOT/target/build-id" &&
       (cd "$ROOT/target" && XZ_OPT="-T0" tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . &&
-        ls -la "$OUT/cache.tar.xz") ;;
+        if [ "$(stat -c %s "$OUT/cache.tar.xz")" -gt $((15 * 1024 * 1024)) ]; then
+          echo "device_cache: PTX left out (the cache would pass 15 MiB)"
+          XZ_OPT="-T0" tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' --exclude='./cuda' .
+        fi && ls -la "$OUT/cache.tar.xz") ;;
 esac
 true
