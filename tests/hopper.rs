@@ -233,8 +233,9 @@ impl Float for f16 {
     }
 }
 
-/// f32, which the kernel multiplies as TF32 (a 10-bit mantissa, as f16's): the products carry
-/// f16's relative error, so f16's tolerance.
+/// f32, which the kernel multiplies as TF32 (a 10-bit mantissa, as f16's, truncated): the
+/// products carry up to 2⁻⁹ relative error, so f16's tolerance (`tests/suite/check.rs`,
+/// `norm_tolerance`, says why).
 impl Float for f32 {
     const DTYPE: DType = DType::F32;
     const SIZE: usize = 4;

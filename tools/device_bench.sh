@@ -1,14 +1,47 @@
 #!/bin/bash
-# One device call for issue 3: the Linear+ReLU benchmark for one dtype (DTYPE=bf16|f16|f32;
-# SHAPES and CANDIDATES as bench_linear's --shapes and --candidates) and
-# PyTorch beside it (f32 with TF32, as Burn's f32 matmul uses). Tests: tools/cuda_suite.sh.
-# Run from the repo root on the device machine, with the binaries packed in .device/bins.tgz.
+# The benchmarks on the device machine, PyTorch beside them in the same call. Run from the repo
+# root there, with .device/bins.tgz (tools/pack_device.sh, here) and, if carried,
+# .device/cache.tar.xz (tools/device_cache.sh). STEPS, in order (default `linear-f32`):
+#
+#   linear-DTYPE   bench_linear (SHAPES) and torch_ref.py linear (f32 with --tf32, as Burn's
+#                  f32 matmul runs)
+#   train-DTYPE    bench_train (MLPS) and torch_ref.py train (f32 with --tf32)
+#   infer-DTYPE    bench_infer (Hypatia, Burn, CubeBackend; no PyTorch)
+#
+# STEP@VAR=VALUE runs a step with one more variable (`linear-f32@HYPATIA_WGMMA=off`: what a GPU
+# without wgmma gets). NO_TORCH=1 skips PyTorch, STEP_TIMEOUT bounds each step (300 s). Each
+# step's output goes to $OUT/STEP.txt (and .json, .err); its table is printed last.
 set -u
-DTYPE=${DTYPE:-bf16}
-cd .device && tar xzf bins.tgz
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
-./bench_linear --dtypes $DTYPE ${SHAPES:+--shapes "$SHAPES"} --candidates "${CANDIDATES:-}" --json $OUT/bench_$DTYPE.json > $OUT/bench_$DTYPE.txt 2> $OUT/bench_$DTYPE.err
-TF32=$([ "$DTYPE" = f32 ] && echo --tf32)
-python3 torch_ref.py linear --dtypes $DTYPE $TF32 > $OUT/torch_$DTYPE.txt 2>&1
-grep -v "^json" $OUT/torch_$DTYPE.txt | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'
-cat $OUT/bench_$DTYPE.txt
+ROOT=$(pwd)
+tar xzf .device/bins.tgz -C .device
+bash tools/device_cache.sh restore
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
+cd .device
+for step in ${STEPS:-linear-f32}; do
+  base=${step%%@*} extra=""
+  [[ "$step" != *@* ]] || extra=${step#*@}
+  kind=${base%%-*} dtype=${base#*-}
+  tag=$(echo "$step" | tr '@=' '--')
+  tf32=$([ "$dtype" = f32 ] && echo --tf32)
+  bench=() torch=()
+  case $kind in
+    linear)
+      bench=(./bench_linear --dtypes "$dtype" ${SHAPES:+--shapes "$SHAPES"})
+      torch=(python3 torch_ref.py linear --dtypes "$dtype" $tf32 ${SHAPES:+--shapes "$SHAPES"}) ;;
+    train)
+      bench=(./bench_train --dtypes "$dtype" ${MLPS:+--mlps "$MLPS"})
+      torch=(python3 torch_ref.py train --dtypes "$dtype" $tf32 ${MLPS:+--mlps "$MLPS"}) ;;
+    infer)
+      bench=(./bench_infer --dtypes "$dtype") ;;
+    *) echo "unknown step $step"; continue ;;
+  esac
+  # shellcheck disable=SC2086 # the extra variable is one word or none
+  env $extra timeout "${STEP_TIMEOUT:-300}" "${bench[@]}" --json "$OUT/$tag.json" \
+    >"$OUT/$tag.txt" 2>"$OUT/$tag.err" || echo "$step: stopped (rc $?), see $tag.err"
+  if [ ${#torch[@]} -gt 0 ] && [ -z "${NO_TORCH:-}" ]; then
+    "${torch[@]}" >"$OUT/torch-$tag.txt" 2>&1
+    echo "== $step: PyTorch" && grep -v "^json" "$OUT/torch-$tag.txt" | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'
+  fi
+  echo "== $step" && cat "$OUT/$tag.txt"
+done
+cd "$ROOT" && bash tools/device_cache.sh save >/dev/null

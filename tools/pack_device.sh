@@ -2,12 +2,16 @@
 # Builds the CUDA benchmark binaries here and packs them into .device/ for the device tool
 # (the tests: tools/cuda_suite.sh).
 set -eu
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hypatia-target}
-cargo build --release --features cuda --example bench_linear --example matmul_strategies --example bench_train
-cp "$CARGO_TARGET_DIR"/release/examples/{bench_linear,matmul_strategies,bench_train} .device/
+# The test build's target directory: the two builds share every dependency.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hypatia-cuda}
+BINS="bench_linear bench_train bench_infer matmul_strategies"
+cargo build --release --features cuda $(printf -- '--example %s ' $BINS)
+mkdir -p .device
+for bin in $BINS; do cp "$CARGO_TARGET_DIR/release/examples/$bin" .device/; done
 cp ../shared/bench/torch_ref.py tools/device_*.sh tools/cubecl.toml .device/
 cd .device
-strip bench_linear matmul_strategies bench_train
-tar czf bins.tgz bench_linear matmul_strategies bench_train
-rm -f bench_linear matmul_strategies bench_train
+strip $BINS
+# shellcheck disable=SC2086 # one word per binary
+tar czf bins.tgz $BINS
+rm -f $BINS
 ls -la

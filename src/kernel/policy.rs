@@ -215,16 +215,17 @@ impl core::str::FromStr for F32Precision {
 }
 
 /// Which element types the tensor-core engine offers Hypatia's Hopper kernel for (CUDA builds).
+/// Its autotune still picks per problem among the candidates offered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WgmmaOffer {
-    /// f16 and bf16 (the default).
+    /// f16, bf16, and f32 as TF32 (the default; decision record 0001). Under
+    /// [`F32Precision::Exact`] no f32 step reaches the engine.
     Auto,
+    /// f16 and bf16 only: f32 runs on the engine's other candidates (cubek's `mma.sync` TF32
+    /// tilings, Burn's matmul, the tiled kernel).
+    Half,
     /// None: a Hopper GPU measures what a device without `wgmma` (an A100, an RTX card) gets.
     Off,
-    /// f16, bf16 and f32 as TF32. Not the default yet: the kernel matches a float64 reference
-    /// on every tiling (`tests/hopper.rs`), but with it offered the f32 backward property test
-    /// failed on an H100 (decision record 0001).
-    Tf32,
 }
 
 static WGMMA_OFFER: Setting<WgmmaOffer> = Setting::new(
@@ -232,12 +233,12 @@ static WGMMA_OFFER: Setting<WgmmaOffer> = Setting::new(
     "wgmma",
     &[
         (WgmmaOffer::Auto, "auto"),
+        (WgmmaOffer::Half, "half"),
         (WgmmaOffer::Off, "off"),
-        (WgmmaOffer::Tf32, "tf32"),
     ],
 );
 
-/// The offer in force: `HYPATIA_WGMMA=auto|off|tf32`, `Auto` if unset. No setter: the engine
+/// The offer in force: `HYPATIA_WGMMA=auto|half|off`, `Auto` if unset. No setter: the engine
 /// builds its candidate list once per process, so the variable is read once, before it.
 pub fn wgmma_offer() -> WgmmaOffer {
     WGMMA_OFFER.get()
@@ -246,7 +247,7 @@ pub fn wgmma_offer() -> WgmmaOffer {
 impl core::str::FromStr for WgmmaOffer {
     type Err = String;
 
-    /// An offer by the name `HYPATIA_WGMMA` takes: `auto`, `off` or `tf32`.
+    /// An offer by the name `HYPATIA_WGMMA` takes: `auto`, `half` or `off`.
     fn from_str(name: &str) -> Result<Self, String> {
         WGMMA_OFFER.parse(name)
     }
@@ -596,7 +597,7 @@ mod tests {
     #[test]
     fn wgmma_offers_parse_by_their_env_names() {
         use WgmmaOffer::*;
-        assert_parses(&["auto", "off", "tf32"], &[Auto, Off, Tf32], "on");
+        assert_parses(&["auto", "half", "off"], &[Auto, Half, Off], "tf32");
     }
 
     #[test]

@@ -490,8 +490,8 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         let entry = |name: String, tiling, f32_only: bool| {
             Entry::tuned(name, move |args: LinearArgs<R>| {
                 let f32 = args.x.dtype == DType::F32;
-                if f32 && super::wgmma_offer() != super::WgmmaOffer::Tf32 {
-                    return Err("TF32 wgmma is offered under HYPATIA_WGMMA=tf32 only".into());
+                if f32 && super::wgmma_offer() == super::WgmmaOffer::Half {
+                    return Err("f32 is not offered (HYPATIA_WGMMA=half)".into());
                 }
                 if f32_only && !f32 {
                     return Err("a TF32 tiling".into());

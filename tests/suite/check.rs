@@ -37,11 +37,14 @@ pub fn linear_relu_matches_burn(x: &TensorData, w: &TensorData, b: &TensorData) 
     assert_close(&f.into_data(), &p.into_data(), burn_tolerance(DType::F32));
 }
 
-/// Bound on ‖out − ref‖₂ / ‖ref‖₂ against the float64 reference: 1e-5 for f32 (5e-4 on CUDA,
-/// where the engine may run TF32 like Burn), 2e-3 for f16, 1e-2 for bf16.
+/// Bound on ‖out − ref‖₂ / ‖ref‖₂ against the float64 reference: 1e-5 for f32, 2e-3 for f16,
+/// 1e-2 for bf16. On CUDA f32 runs as TF32 (Burn's matmul and the engine's candidates): the
+/// Hopper kernel's `wgmma` truncates each operand to a 10-bit mantissa, up to 2⁻¹⁰ relative and
+/// always toward zero, so the error of a product (up to 2⁻⁹ ≈ 2e-3) does not average out over a
+/// sum; an H100 measured 6.8e-4 on these tests' data, against 5e-4 before. So f16's 2e-3.
 pub fn norm_tolerance(dtype: DType) -> f32 {
     match dtype {
-        DType::F32 if cfg!(feature = "cuda") => 5e-4,
+        DType::F32 if cfg!(feature = "cuda") => 2e-3,
         DType::F32 => 1e-5,
         DType::F16 => 2e-3,
         _ => 1e-2,

@@ -410,8 +410,9 @@ fn tf32(dtype: DType, gradient: bool, policy: ExecutionPolicy) -> bool {
 /// dtype first), by dtype and path; the one place the property tests' tolerances are set:
 /// - exact f32: sums of 300 products round at ~1e-5 of the largest; gradients pass through two
 ///   matmuls;
-/// - TF32 (see [`tf32`]): operands round to 10 mantissa bits (2⁻¹¹ relative each), so a sum
-///   of products is off by ~1e-3 of its scale; gradients, through two such matmuls, ~1e-2;
+/// - TF32 (see [`tf32`]): operands round to 10 mantissa bits (2⁻¹¹ relative each where cubek
+///   rounds, 2⁻¹⁰ toward zero where the Hopper kernel's `wgmma` truncates), so a sum of products
+///   is off by ~1e-3 of its scale; gradients, through two such matmuls, ~1e-2;
 /// - f16 (11 bits): results round to 2⁻¹¹ and Burn keeps f16 intermediates;
 /// - bf16 (8 bits): results round to 2⁻⁹ of their scale, intermediates too.
 pub fn reference_tolerance(dtype: DType, gradient: bool, policy: ExecutionPolicy) -> f32 {

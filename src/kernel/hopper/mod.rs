@@ -18,8 +18,7 @@
 //! aligned operands, a contiguous bias and gate. Anything else is declined with a reason and
 //! another candidate runs. TF32 `wgmma` reads both operands K-major only, so an f32 operand in
 //! another layout is first copied K-major ([`transpose`]), inside the launch that the engine's
-//! autotune times. The engine offers f32 to this kernel only under `HYPATIA_WGMMA=tf32` for now
-//! (decision record 0001).
+//! autotune times (decision record 0001).
 
 mod transpose;
 
