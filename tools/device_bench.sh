@@ -9,7 +9,8 @@
 #   infer-DTYPE    bench_infer (Hypatia, Burn, CubeBackend; no PyTorch)
 #
 # STEP@VAR=VALUE runs a step with one more variable (`linear-f32@HYPATIA_WGMMA=off`: what a GPU
-# without wgmma gets). NO_TORCH=1 skips PyTorch, STEP_TIMEOUT bounds each step (300 s). Each
+# without wgmma gets); PyTorch runs once per benchmark and dtype. NO_TORCH=1 skips it,
+# STEP_TIMEOUT bounds each Hypatia step (300 s). Each
 # step's output goes to $OUT/STEP.txt (and .json, .err); its table is printed last.
 set -u
 ROOT=$(pwd)
@@ -38,9 +39,11 @@ for step in ${STEPS:-linear-f32}; do
   # shellcheck disable=SC2086 # the extra variable is one word or none
   env $extra timeout "${STEP_TIMEOUT:-300}" "${bench[@]}" --json "$OUT/$tag.json" \
     >"$OUT/$tag.txt" 2>"$OUT/$tag.err" || echo "$step: stopped (rc $?), see $tag.err"
-  if [ ${#torch[@]} -gt 0 ] && [ -z "${NO_TORCH:-}" ]; then
-    "${torch[@]}" >"$OUT/torch-$tag.txt" 2>&1
-    echo "== $step: PyTorch" && grep -v "^json" "$OUT/torch-$tag.txt" | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'
+  # PyTorch once per benchmark and dtype: a variable of Hypatia's does not change it.
+  if [ ${#torch[@]} -gt 0 ] && [ -z "${NO_TORCH:-}" ] && [[ " ${torch_done:-} " != *" $base "* ]]; then
+    torch_done="${torch_done:-} $base"
+    "${torch[@]}" >"$OUT/torch-$base.txt" 2>&1
+    echo "== $base: PyTorch" && grep -v "^json" "$OUT/torch-$base.txt" | sed -E 's/ \(([0-9]+) TF\/s\)/(\1)/g'
   fi
   echo "== $step" && cat "$OUT/$tag.txt"
 done

@@ -8,7 +8,8 @@ BINS="bench_linear bench_train bench_infer matmul_strategies"
 cargo build --release --features cuda $(printf -- '--example %s ' $BINS)
 mkdir -p .device
 for bin in $BINS; do cp "$CARGO_TARGET_DIR/release/examples/$bin" .device/; done
-cp ../shared/bench/torch_ref.py tools/device_*.sh tools/cubecl.toml .device/
+# The device scripts run from tools/, which travels with the working tree.
+cp ../shared/bench/torch_ref.py tools/cubecl.toml .device/
 cd .device
 strip $BINS
 # shellcheck disable=SC2086 # one word per binary
