@@ -259,12 +259,12 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let mut candidates = Vec::new();
         for name in args.candidates.split(',').filter(|c| !c.is_empty()) {
             // A forced candidate is Hypatia's kernel: not raced against Burn's fused matmul.
-            let race = hypatia::kernel::race_policy();
-            hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never);
-            hypatia::kernel::tensor_core::force_candidate(Some(name));
+            let before = hypatia::config::update_config(|c| {
+                c.race = hypatia::config::RacePolicy::Never;
+                c.engine_candidate = Some(name.to_string());
+            });
             let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args).ms;
-            hypatia::kernel::tensor_core::force_candidate(None);
-            hypatia::kernel::set_race_policy(race);
+            hypatia::config::set_config(before);
             let ran = hypatia::kernel::tensor_core::last_candidate::<Runtime>().unwrap_or_default();
             let note = if ran == name {
                 String::new()

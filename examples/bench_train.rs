@@ -20,7 +20,7 @@ use burn::prelude::*;
 use burn::tensor::Element;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
-use hypatia::kernel::{FlushPolicy, RacePolicy, set_flush_policy, set_race_policy};
+use hypatia::config::{FlushPolicy, RacePolicy, update_config};
 use std::time::Instant;
 
 #[path = "common/bench.rs"]
@@ -56,11 +56,11 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     single: usize,
     /// Race policies to time in turn in this one process, comma separated (auto, always,
-    /// burn, never; see `hypatia::kernel::RacePolicy`). Without it, `HYPATIA_RACE` decides.
+    /// burn, never; see `hypatia::config::RacePolicy`). Without it, `HYPATIA_RACE` decides.
     #[arg(long)]
     races: Option<String>,
     /// Flush policies to time in turn in this one process, comma separated (auto, never, blocks; see
-    /// `hypatia::kernel::FlushPolicy`). Without it, `HYPATIA_FLUSH` decides.
+    /// `hypatia::config::FlushPolicy`). Without it, `HYPATIA_FLUSH` decides.
     #[arg(long)]
     flushes: Option<String>,
 }
@@ -204,12 +204,10 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .iter()
             .flat_map(|r| flushes.iter().map(move |f| (*r, *f)));
         for (race, flush) in combos {
-            if let Some(race) = race {
-                set_race_policy(race);
-            }
-            if let Some(flush) = flush {
-                set_flush_policy(flush);
-            }
+            update_config(|c| {
+                c.race = race.unwrap_or(c.race);
+                c.flush = flush.unwrap_or(c.flush);
+            });
             let name = |p: Option<String>| p.unwrap_or("env".to_string()).to_lowercase();
             let race = name(race.map(|r| format!("{r:?}")));
             let flush = name(flush.map(|f| format!("{f:?}")));

@@ -15,8 +15,9 @@
 
 use burn::prelude::*;
 use clap::Parser;
+use hypatia::config::{ChainPolicy, update_config};
 use hypatia::kernel::chain::ChainLimits;
-use hypatia::kernel::{ChainPolicy, GridCost, Profile, set_chain_policy};
+use hypatia::kernel::{GridCost, Profile};
 use std::time::Instant;
 
 #[allow(dead_code)] // the per-dtype plumbing is bench_infer's and bench_train's
@@ -47,7 +48,7 @@ struct Args {
 /// Median µs of one forward + sync of an MLP of `widths` at `batch` rows, with `chain` policy,
 /// and MLP-chain launches and chained steps per forward.
 fn time<B: Backend>(widths: &[usize], batch: usize, chain: ChainPolicy, runs: usize) -> Timing {
-    set_chain_policy(chain);
+    update_config(|c| c.chain = chain);
     let device = B::Device::default();
     let model = Mlp::<B>::new(widths, &device);
     let x = Tensor::<B, 2>::random([batch, widths[0]], Default::default(), &device);
@@ -70,7 +71,7 @@ fn time<B: Backend>(widths: &[usize], batch: usize, chain: ChainPolicy, runs: us
         |f: &dyn Fn(&hypatia::FusionStats) -> u64| (f(&after) - f(&before)) as f64 / runs as f64;
     let launches = count(&|s| s.patterns.get("mlp-chain").map_or(0, |p| p.executed));
     let chained = count(&|s| s.patterns.values().map(|p| p.chained).sum());
-    set_chain_policy(ChainPolicy::Auto);
+    update_config(|c| c.chain = ChainPolicy::Auto);
     Timing {
         us: median(us),
         launches,

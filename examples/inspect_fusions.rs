@@ -14,7 +14,7 @@ mod mlp;
 use burn::backend::Autodiff;
 use burn::nn::loss::CrossEntropyLossConfig;
 use clap::Parser;
-use hypatia::plan::dump::{Dump, set_dump_dir};
+use hypatia::plan::dump::Dump;
 use hypatia::plan::{Claim, Step};
 use mlp::{B, Dataset, Mlp, print_stats};
 use std::path::PathBuf;
@@ -65,7 +65,7 @@ fn main() {
     let args = Args::parse();
     // Start empty, so every file listed below comes from this run.
     let _ = std::fs::remove_dir_all(&args.dump_dir);
-    set_dump_dir(Some(args.dump_dir.clone()));
+    hypatia::config::update_config(|c| c.dump = Some(args.dump_dir.clone()));
 
     let device = burn::tensor::Device::<B>::default();
     let data = Dataset::generate(args.batch_size, 7);

@@ -31,8 +31,8 @@
 //!    exactly as before, and Burn's own fusers still see every op Hypatia leaves alone.
 //!
 //! [`runtime`] holds the burn-fusion roles that tie the stages together, [`backend`] the types that
-//! forward every op (to burn-fusion, and from it to the inner `CubeBackend`), and [`stats()`]
-//! tells what was fused and why not.
+//! forward every op (to burn-fusion, and from it to the inner `CubeBackend`), [`config`] every
+//! setting (`hypatia.toml`, `HYPATIA_*`), and [`stats()`] tells what was fused and why not.
 //!
 //! The rewrite stage needs no device:
 //!
@@ -51,6 +51,7 @@
 
 pub mod backend;
 pub mod capture;
+pub mod config;
 pub mod fallback;
 pub mod kernel;
 pub mod plan;

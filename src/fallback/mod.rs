@@ -23,7 +23,7 @@ use burn_fusion::stream::{Context, OrderedExecution};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-pub use verify::{Mismatch, VerifyMode, set_verify_mode, verify_mode};
+pub use verify::{Mismatch, VerifyMode};
 
 /// Why a claimed plan (or one of its steps) ran Burn's ops instead of the fused kernel.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

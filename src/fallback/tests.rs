@@ -2,8 +2,8 @@
 //! lavapipe without a GPU; CUDA with the `cuda` feature). Each test uses a window of its own (rank and equal dims differ), so that
 //! burn-fusion's plan store, shared by the process, hands each a fresh optimization.
 
-use super::{Fault, VerifyMode, inject_fault, set_verify_mode};
-use crate::kernel::{RacePolicy, set_race_policy};
+use super::{Fault, VerifyMode, inject_fault};
+use crate::config::{RacePolicy, update_config};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 
@@ -24,7 +24,7 @@ struct Reset;
 
 impl Reset {
     fn new() -> Self {
-        set_race_policy(RacePolicy::Never);
+        update_config(|c| c.race = RacePolicy::Never);
         Self
     }
 }
@@ -32,8 +32,10 @@ impl Reset {
 impl Drop for Reset {
     fn drop(&mut self) {
         inject_fault(Fault::None);
-        set_verify_mode(VerifyMode::Off);
-        set_race_policy(RacePolicy::Auto);
+        update_config(|c| {
+            c.verify = VerifyMode::Off;
+            c.race = RacePolicy::Auto;
+        });
     }
 }
 
@@ -103,7 +105,7 @@ fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
 fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
     let _reset = Reset::new();
     let before = fallbacks("verify-mismatch");
-    set_verify_mode(VerifyMode::Strict);
+    update_config(|c| c.verify = VerifyMode::Strict);
     inject_fault(Fault::WrongResult);
     let error = linear_relu::<Fused, 2>([6, 6], 5)
         .try_into_data()
@@ -126,7 +128,7 @@ fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
 #[test]
 fn strict_verify_fails_the_next_sync() {
     let _reset = Reset::new();
-    set_verify_mode(VerifyMode::Strict);
+    update_config(|c| c.verify = VerifyMode::Strict);
     inject_fault(Fault::WrongResult);
     let y = linear_relu::<Fused, 2>([9, 4], 4);
     let error = Fused::sync(&device()).expect_err("strict verify fails sync");
@@ -144,7 +146,7 @@ fn strict_verify_fails_the_next_sync() {
 fn warn_verify_falls_back_without_an_error() {
     let _reset = Reset::new();
     let before = fallbacks("verify-mismatch");
-    set_verify_mode(VerifyMode::Warn);
+    update_config(|c| c.verify = VerifyMode::Warn);
     inject_fault(Fault::WrongResult);
     let fused = linear_relu::<Fused, 4>([2, 2, 3, 5], 3).into_data();
     assert_equal(fused, linear_relu::<Plain, 4>([2, 2, 3, 5], 3).into_data());
@@ -157,7 +159,7 @@ fn verify_accepts_the_real_kernel() {
     let stats = || crate::stats(&device());
     let verified = |s: crate::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.verified);
     let (before, runs) = (verified(stats()), fused_runs());
-    set_verify_mode(VerifyMode::Strict);
+    update_config(|c| c.verify = VerifyMode::Strict);
     let fused = linear_relu::<Fused, 3>([4, 4, 4], 4).into_data();
     assert_equal(fused, linear_relu::<Plain, 3>([4, 4, 4], 4).into_data());
     assert_eq!(verified(stats()), before + 1, "checked once and equal");

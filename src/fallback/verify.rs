@@ -7,74 +7,20 @@
 //! the fallback key `verify-mismatch`; [`VerifyMode::Strict`] also returns it as an error from
 //! the next `B::sync` or tensor read on the device, the way Burn reports device errors.
 //!
+//! The configuration's `verify` key turns it on ([`VerifyMode`], `HYPATIA_VERIFY=strict`):
+//!
 //! ```
-//! use hypatia::fallback::{VerifyMode, set_verify_mode, verify_mode};
-//! set_verify_mode(VerifyMode::Strict); // or HYPATIA_VERIFY=strict before the first fused op
-//! assert_eq!(verify_mode(), VerifyMode::Strict);
-//! set_verify_mode(VerifyMode::Off);
+//! use hypatia::config::{VerifyMode, config, set_config, update_config};
+//! let before = update_config(|c| c.verify = VerifyMode::Strict);
+//! assert_eq!(config().verify, VerifyMode::Strict);
+//! set_config(before);
 //! ```
 
+pub use crate::config::VerifyMode;
 use burn_backend::{DType, ExecutionError, Shape};
 use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_ir::{BackendIr, TensorHandle};
-use std::sync::atomic::{AtomicU8, Ordering};
-
-/// What verification does.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum VerifyMode {
-    /// No check (the default): fused steps run alone.
-    #[default]
-    Off,
-    /// Check; a difference is logged at `warn` level and the step falls back to Burn's ops.
-    Warn,
-    /// Check; a difference also fails the next sync or read on the device with the pattern,
-    /// shapes and errors.
-    Strict,
-}
-
-impl core::str::FromStr for VerifyMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "off" | "" => Ok(Self::Off),
-            "warn" => Ok(Self::Warn),
-            "strict" => Ok(Self::Strict),
-            other => Err(format!(
-                "HYPATIA_VERIFY={other}: expected strict, warn or off"
-            )),
-        }
-    }
-}
-
-static MODE: AtomicU8 = AtomicU8::new(u8::MAX);
-
-/// Sets the mode for the whole process; it applies to fused steps not yet verified.
-pub fn set_verify_mode(mode: VerifyMode) {
-    MODE.store(mode as u8, Ordering::Relaxed);
-}
-
-/// The mode in force: the last [`set_verify_mode`], else `HYPATIA_VERIFY=strict|warn|off`,
-/// else off. An unknown value is logged and means off.
-pub fn verify_mode() -> VerifyMode {
-    match MODE.load(Ordering::Relaxed) {
-        0 => VerifyMode::Off,
-        1 => VerifyMode::Warn,
-        2 => VerifyMode::Strict,
-        _ => {
-            let mode = std::env::var("HYPATIA_VERIFY")
-                .unwrap_or_default()
-                .parse()
-                .unwrap_or_else(|error: String| {
-                    log::error!("hypatia: {error}");
-                    VerifyMode::Off
-                });
-            set_verify_mode(mode);
-            mode
-        }
-    }
-}
 
 /// The largest accepted `|fused − burn|`, relative to `max(1, max |burn|)`.
 ///

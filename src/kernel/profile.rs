@@ -5,8 +5,8 @@
 //! portable MLP-chain kernel is modelled per cube (one cube streams every weight for its
 //! rows), since it runs few cubes; CUDA's grid-wide chain kernel by waves of work items per
 //! layer ([`GridCost`]). The numbers come from `examples/calibrate.rs` on the device; a
-//! profile is plain data (serde), loaded from `HYPATIA_PROFILE=<file.json>` or chosen by
-//! device kind.
+//! profile is plain data (serde), loaded from the file the configuration's `profile` key
+//! names (`HYPATIA_PROFILE=<file.json>`) or chosen by device kind.
 //!
 //! ```
 //! use hypatia::kernel::chain::{ChainLimits, ChainProblem, check_chain};
@@ -31,9 +31,12 @@
 //! ```
 
 use super::chain::{ChainProblem, grid_item};
+use crate::config::HypatiaConfig;
 use burn_backend::DType;
 use serde::{Deserialize, Serialize};
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 
 /// Measured costs of one device (times in microseconds, rates per microsecond).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,24 +116,29 @@ impl Profile {
         }
     }
 
-    /// The profile in force for a device with (`matrix_units`) or without tensor cores:
-    /// `HYPATIA_PROFILE=<file.json>` if set (read once), else the built-in one.
-    pub fn for_device(matrix_units: bool) -> &'static Profile {
-        static FILE: OnceLock<Option<Profile>> = OnceLock::new();
+    /// The profile in force for a device with (`matrix_units`) or without tensor cores: the
+    /// file `config.profile` names if it reads (each file read once), else the built-in one.
+    pub fn for_device(matrix_units: bool, config: &HypatiaConfig) -> &'static Profile {
+        type Files = Mutex<HashMap<PathBuf, Option<&'static Profile>>>;
+        static FILES: OnceLock<Files> = OnceLock::new();
         static HOPPER: OnceLock<Profile> = OnceLock::new();
         static LAVAPIPE: OnceLock<Profile> = OnceLock::new();
-        let file = FILE.get_or_init(|| {
-            let path = std::env::var("HYPATIA_PROFILE").ok()?;
-            match std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
-            {
-                Ok(profile) => Some(profile),
-                Err(error) => {
-                    log::warn!("hypatia: HYPATIA_PROFILE={path} not used: {error}");
-                    None
+        let file = config.profile.as_ref().and_then(|path| {
+            let mut files =
+                (FILES.get_or_init(Default::default).lock()).unwrap_or_else(|e| e.into_inner());
+            *files.entry(path.clone()).or_insert_with(|| {
+                match std::fs::read_to_string(path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))
+                {
+                    // One leak per distinct file: profiles are few and live for the process.
+                    Ok(profile) => Some(&*Box::leak(Box::new(profile))),
+                    Err(error) => {
+                        log::warn!("hypatia: profile {} not used: {error}", path.display());
+                        None
+                    }
                 }
-            }
+            })
         });
         match (file, matrix_units) {
             (Some(profile), _) => profile,

@@ -325,10 +325,23 @@ impl<R: CubeRuntime> LinearArgs<R> {
         Ok(())
     }
 
+    /// Rows of the output, rounded up to a power of two: the autotune key's `m`. A candidate
+    /// that declines by size reads this, never the exact `m`, so that it declines every
+    /// problem of a key or none (a choice replayed on a problem its candidate declines would
+    /// panic in CubeCL's tuner).
+    fn key_rows(&self) -> usize {
+        let shape = self.out.meta.shape();
+        shape[..shape.len() - 1]
+            .iter()
+            .product::<usize>()
+            .next_power_of_two()
+    }
+
     /// The tiled unit kernel, whole linear in one launch.
     fn tiled(&self) -> Result<(), String> {
         let problem = self.problem();
-        if problem.flops() > TILED_MAX_FLOPS {
+        let n = self.out.meta.shape()[self.out.meta.shape().len() - 1];
+        if 2.0 * (self.key_rows() * problem.k * n) as f64 > TILED_MAX_FLOPS {
             return Err("larger than the unit kernel is tuned on".into());
         }
         self.with_epilogue(|epilogue| {
@@ -346,10 +359,12 @@ impl<R: CubeRuntime> LinearArgs<R> {
     }
 
     /// The autotune key: exact `n` and `k` (a model's weights), `m` by power of two, and every
-    /// property that decides whether a candidate applies (layouts, alignment, outputs).
-    fn key(&self) -> String {
+    /// property that decides whether a candidate applies (layouts and alignment of every
+    /// operand and the gate, outputs, which dtypes the Hopper kernel is offered). Two problems
+    /// of one key must be accepted by the same candidates: CubeCL's tuner replays a key's
+    /// choice and panics if it declines.
+    pub fn key(&self) -> String {
         let shape = self.out.meta.shape();
-        let m: usize = shape[..shape.len() - 1].iter().product();
         let layout = |t: &CubeTensor<R>| {
             let (shape, strides) = (t.meta.shape(), t.meta.strides());
             let r = shape.len();
@@ -362,8 +377,8 @@ impl<R: CubeRuntime> LinearArgs<R> {
             )
         };
         format!(
-            "m{} n{} k{} {:?} x{} w{} b{} p{} {:?}{}",
-            m.next_power_of_two(),
+            "m{} n{} k{} {:?} x{} w{} b{} p{} g{} {:?}{} {:?}",
+            self.key_rows(),
             shape[shape.len() - 1],
             self.problem().k,
             self.out.dtype,
@@ -373,8 +388,10 @@ impl<R: CubeRuntime> LinearArgs<R> {
                 .as_ref()
                 .map_or("-".into(), |b| format!("{:?}", b.meta.strides().last())),
             self.pre.is_some(),
+            self.gate.as_ref().map_or("-".into(), layout),
             self.epilogue,
             if self.bias_grad.is_some() { " db" } else { "" },
+            crate::config::config().wgmma,
         )
     }
 }
@@ -483,14 +500,14 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         }));
     }
     #[cfg(feature = "cuda")]
-    if super::wgmma_offer() != super::WgmmaOffer::Off {
+    if crate::config::config().wgmma != crate::config::WgmmaOffer::Off {
         use super::hopper::{WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, launch};
         // Each tiling declines the element types it does not fit, f32 unless offered, and a
         // TF32 tiling anything but f32.
         let entry = |name: String, tiling, f32_only: bool| {
             Entry::tuned(name, move |args: LinearArgs<R>| {
                 let f32 = args.x.dtype == DType::F32;
-                if f32 && super::wgmma_offer() == super::WgmmaOffer::Half {
+                if f32 && crate::config::config().wgmma == crate::config::WgmmaOffer::Half {
                     return Err("f32 is not offered (HYPATIA_WGMMA=half)".into());
                 }
                 if f32_only && !f32 {
@@ -607,7 +624,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         bias_grad: args.bias_grad.clone().map(Into::into),
         shape: problem.out_shape.clone(),
     };
-    if let Some(name) = forced_candidate() {
+    if let Some(name) = crate::config::config().engine_candidate.clone() {
         match candidates::<R>()
             .into_iter()
             .enumerate()
@@ -620,7 +637,10 @@ pub fn tensor_core_linear<R: CubeRuntime>(
                 }
                 Err(reason) => log::warn!("hypatia: engine candidate `{name}` declined: {reason}"),
             },
-            None => log::warn!("hypatia: no engine candidate named `{name}`"),
+            None => {
+                let names: Vec<_> = candidates::<R>().into_iter().map(|e| e.name).collect();
+                panic!("hypatia: engine-candidate `{name}` is none of this device's {names:?}");
+            }
         }
     }
     let set = TUNER.init(tunables::<R>);
@@ -631,24 +651,6 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         args,
     );
     outputs
-}
-
-static FORCED: std::sync::Mutex<Option<Option<String>>> = std::sync::Mutex::new(None);
-
-/// Runs every linear on the engine candidate named `name` (e.g. `"burn"`, `"tiled"`,
-/// `"wgmma 128x256 s4"`, a [`Tiling::name`]) instead of the autotuned choice, where it applies;
-/// `None` restores autotune. Without a call, `HYPATIA_ENGINE_CANDIDATE` decides. For
-/// benchmarks and tests that measure one candidate.
-pub fn force_candidate(name: Option<&str>) {
-    *FORCED.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.map(str::to_string));
-}
-
-fn forced_candidate() -> Option<String> {
-    FORCED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(|| std::env::var("HYPATIA_ENGINE_CANDIDATE").ok())
-        .clone()
 }
 
 /// Whether the engine runs `dtype` (it needs f16, bf16 or f32 inputs).

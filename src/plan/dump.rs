@@ -1,6 +1,6 @@
 //! Plan dumps: what the planner saw and chose, written for each distinct window it plans.
 //!
-//! Set `HYPATIA_DUMP=<dir>` (or call [`set_dump_dir`]) and every window the fuser plans (once
+//! Set the configuration's `dump` key (`HYPATIA_DUMP=<dir>`) and every window the fuser plans (once
 //! per distinct window: a plan-cache hit writes nothing) leaves two files in `<dir>`:
 //!
 //! - `window-<key>.dot`: the saturated e-graph in Graphviz dot (`dot -Tsvg` renders it);
@@ -39,7 +39,6 @@ use crate::rewrite::{CostModel, Limits, Saturated, TensorLang};
 use egg::{CostFunction, Extractor, Language, RecExpr};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
 
 /// Terms listed per e-class: an e-class can hold many equal forms (`add` commuted, ...).
 const MAX_TERMS: usize = 12;
@@ -170,26 +169,4 @@ impl Dump {
         dump.dot = std::fs::read_to_string(json.with_extension("dot")).unwrap_or_default();
         Ok(dump)
     }
-}
-
-fn dump_dir_cell() -> &'static Mutex<Option<PathBuf>> {
-    static DIR: OnceLock<Mutex<Option<PathBuf>>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let from_env = std::env::var_os("HYPATIA_DUMP").filter(|dir| !dir.is_empty());
-        Mutex::new(from_env.map(PathBuf::from))
-    })
-}
-
-/// Where plan dumps go: `HYPATIA_DUMP` until [`set_dump_dir`] is called; `None` is off.
-pub fn dump_dir() -> Option<PathBuf> {
-    dump_dir_cell()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-}
-
-/// Dumps each window planned from now on into `dir` (`None` stops dumping). Windows already
-/// in the plan cache are not planned again, so set this before the model first runs.
-pub fn set_dump_dir(dir: Option<PathBuf>) {
-    *dump_dir_cell().lock().unwrap_or_else(|p| p.into_inner()) = dir;
 }

@@ -7,13 +7,11 @@
 
 use super::HypatiaRuntime;
 use super::linear::{compare, real_tensor, release};
+use crate::config::{ChainPolicy, ExecutionPolicy, config};
 use crate::fallback::verify::VerifyMode;
 use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
 use crate::kernel::chain::{ChainLayer, ChainLimits, ChainProblem, check_chain, launch_mlp_chain};
-use crate::kernel::{
-    ChainPolicy, ExecutionPolicy, OperandRef, chain_policy, choose_chain, execution_policy,
-    has_matrix_units,
-};
+use crate::kernel::{OperandRef, choose_chain, has_matrix_units};
 use crate::plan::FusedLinear;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -47,7 +45,8 @@ impl ChainKey {
     ) -> bool {
         let key = &mut self.0;
         key.clear();
-        key.push(policy_number(chain_policy(), execution_policy()));
+        let config = config();
+        key.push(policy_number(config.chain, config.execution));
         let last = steps[steps.len() - 1].out;
         let weights = steps
             .iter()
@@ -233,6 +232,6 @@ fn decide<R: CubeRuntime>(
     let problem = check_chain((&x.shape, &x_handle.strides, x.dtype), &shapes, limits).ok()?;
     let last = steps[steps.len() - 1];
     let out_shape = context.tensors.get(&last.out).map(|t| t.shape.as_ref());
-    (choose_chain(&problem, client) && out_shape == Some(problem.out_shape.as_slice()))
+    (choose_chain(&problem, client, &config()) && out_shape == Some(problem.out_shape.as_slice()))
         .then_some((problem, limits))
 }

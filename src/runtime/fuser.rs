@@ -2,9 +2,9 @@
 
 use super::{HypatiaOptimization, LinearOptimization, race};
 use crate::capture::{Canonical, CapturedOp, OpKind, Window};
-use crate::kernel::{Epilogue, ExecutionPolicy, execution_policy, has_matrix_units};
+use crate::config::{ExecutionPolicy, HypatiaConfig, Pattern, config};
+use crate::kernel::{Epilogue, has_matrix_units};
 use crate::plan::{Claim, Plan, PlanOptions, dump, plan_window};
-use crate::rewrite::Limits;
 use crate::stats;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -115,20 +115,22 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
 
     /// The window's plan, if it claims anything.
     fn plan_now(&self) -> Option<Plan> {
-        let forced = execution_policy() != ExecutionPolicy::Auto;
+        let config = config();
+        let forced = config.execution != ExecutionPolicy::Auto;
+        let on = |pattern| !config.disabled(pattern);
         let options = PlanOptions {
-            plain_matmuls: (self.matrix_units || forced) && !disabled("matmul"),
+            plain_matmuls: (self.matrix_units || forced) && on(Pattern::Matmul),
             // On every device: its race against Burn's fused matmul keeps it never slower.
             // Claiming the last Linear of an MLP lets a claim cover the whole forward, which
             // burn-fusion then replays at each sync instead of exploring again.
-            linears: !disabled("linear"),
-            relu_grads: !disabled("matmul-relu-grad"),
-            linear_relus: !disabled("linear-relu"),
-            activations: !disabled("linear-activations"),
-            chains: !disabled("mlp-chain"),
-            bias_grads: !disabled("bias-grad"),
+            linears: on(Pattern::Linear),
+            relu_grads: on(Pattern::MatmulReluGrad),
+            linear_relus: on(Pattern::LinearRelu),
+            activations: on(Pattern::LinearActivations),
+            chains: on(Pattern::MlpChain),
+            bias_grads: on(Pattern::BiasGrad),
         };
-        match plan_cached(&self.canonical, options, &self.device_key) {
+        match plan_cached(&self.canonical, options, &self.device_key, &config) {
             Claim::Fused(plan) => Some(plan),
             Claim::Declined(_) => None,
         }
@@ -221,22 +223,6 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
     }
 }
 
-/// Whether `HYPATIA_DISABLE` (comma-separated pattern names, e.g. `matmul,matmul-relu-grad`)
-/// turns `pattern` off: for measuring what each pattern is worth.
-fn disabled(pattern: &str) -> bool {
-    static DISABLED: OnceLock<Vec<String>> = OnceLock::new();
-    DISABLED
-        .get_or_init(|| {
-            std::env::var("HYPATIA_DISABLE")
-                .unwrap_or_default()
-                .split(',')
-                .map(|p| p.trim().to_string())
-                .collect()
-        })
-        .iter()
-        .any(|p| p == pattern)
-}
-
 /// Planned windows by the hash of their ops; equal hashes are told apart by the ops.
 type ClaimCache = Mutex<HashMap<u64, Vec<(PlanOptions, Vec<CapturedOp>, Claim)>>>;
 
@@ -256,7 +242,12 @@ fn cache() -> &'static ClaimCache {
 ///
 /// The window is planned in canonical form (see [`Window::canonical`]), so training steps
 /// that free their temporaries in a different order replay one cached plan.
-fn plan_cached(canonical: &Canonical, options: PlanOptions, device: &str) -> Claim {
+fn plan_cached(
+    canonical: &Canonical,
+    options: PlanOptions,
+    device: &str,
+    config: &HypatiaConfig,
+) -> Claim {
     let kept = &canonical.window;
     let on_window = |claim: &Claim| match claim {
         Claim::Fused(plan) => Claim::Fused(plan.on_window(canonical)),
@@ -275,11 +266,12 @@ fn plan_cached(canonical: &Canonical, options: PlanOptions, device: &str) -> Cla
         }
     }
     log::trace!("hypatia: planning window {:#?}", kept.ops());
-    let planned = match dump::dump_dir() {
-        None => plan_window(kept, &Limits::default(), options),
+    let limits = config.rewrite.limits();
+    let planned = match &config.dump {
+        None => plan_window(kept, &limits, options),
         Some(dir) => {
-            let (planned, dump) = dump::explain_window(kept, &Limits::default(), options);
-            match dump.write(&dir, hash) {
+            let (planned, dump) = dump::explain_window(kept, &limits, options);
+            match dump.write(dir, hash) {
                 Ok(path) => log::debug!("hypatia: dumped window to {}", path.display()),
                 Err(error) => log::warn!("hypatia: no dump written to {}: {error}", dir.display()),
             }

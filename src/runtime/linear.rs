@@ -4,16 +4,16 @@ use super::HypatiaRuntime;
 use super::chain::{ChainDecision, ChainRun, run_chain};
 use super::pace::Pace;
 use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
-use crate::fallback::verify::{self, Difference, Mismatch, VerifyMode, verify_mode};
+use crate::config::{FlushPolicy, VerifyMode, config};
+use crate::fallback::verify::{self, Difference, Mismatch};
 use crate::fallback::{
     FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused,
 };
 use crate::kernel::chain::MAX_CHAIN_LAYERS;
 use crate::kernel::tensor_core::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Execution, FlushPolicy, LinearOutputs, Operand, Profile, check_gate,
-    check_linear, choose_execution, exact_f32, flush_policy, has_matrix_units,
-    launch_bias_activation, launch_fused_linear,
+    EpilogueInputs, Execution, LinearOutputs, Operand, Profile, check_gate, check_linear,
+    choose_execution, has_matrix_units, launch_bias_activation, launch_fused_linear,
 };
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::stats;
@@ -128,7 +128,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     ) {
         let start = std::time::Instant::now();
         // Decided before the steps run: they may release the tensors whose shapes it reads.
-        let policy = flush_policy();
+        let policy = config().flush;
         let gpu_us = match policy {
             FlushPolicy::Auto | FlushPolicy::Paced => self.predicted_gpu_us(context),
             FlushPolicy::Never | FlushPolicy::Blocks => 0.0,
@@ -178,7 +178,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             let profile = *self.profile.get_or_init(|| {
                 let matrix_units = (context.handles.get_handle_ref(&x.id))
                     .is_some_and(|handle| has_matrix_units(&handle.client, x.dtype));
-                Profile::for_device(matrix_units)
+                Profile::for_device(matrix_units, &config())
             });
             total += profile.gpu_time(m, k, n, x.dtype);
         }
@@ -245,7 +245,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 let verify = if check.verified {
                     VerifyMode::Off
                 } else {
-                    verify_mode()
+                    config().verify
                 };
                 let checks = Checks {
                     launched: check.launched,
@@ -315,7 +315,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let [x, w] = [fused.x, fused.w].map(|r| {
             (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
         });
-        if exact_f32(x.dtype) {
+        if config().exact_f32(x.dtype) {
             // Burn's side multiplies f32 as TF32: exact f32 is Hypatia's side alone.
             return None;
         }
@@ -411,7 +411,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let verify = if check.verified {
             VerifyMode::Off
         } else {
-            verify_mode()
+            config().verify
         };
         let outcome = run_chain(
             &steps,
@@ -428,7 +428,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             ChainRun::Failed(reason) => {
                 log::warn!("hypatia: mlp-chain runs layer by layer from now on: {reason}");
                 if matches!(reason, FallbackReason::Mismatch(_))
-                    && verify_mode() == VerifyMode::Strict
+                    && config().verify == VerifyMode::Strict
                 {
                     defer_error(&self.device_key, reason.to_string());
                 }
@@ -478,7 +478,7 @@ fn report_broken(device_key: &str, step: &FusedLinear, reason: &FallbackReason) 
         "hypatia: {} runs Burn's ops from now on: {reason}",
         step.pattern()
     );
-    if matches!(reason, FallbackReason::Mismatch(_)) && verify_mode() == VerifyMode::Strict {
+    if matches!(reason, FallbackReason::Mismatch(_)) && config().verify == VerifyMode::Strict {
         defer_error(device_key, reason.to_string());
     }
 }
@@ -728,7 +728,7 @@ fn launch<R: CubeRuntime>(
         .expect("operands of a claimed block are materialised")
         .client
         .clone();
-    let kind = choose_execution(&problem, step.epilogue, &client);
+    let kind = choose_execution(&problem, step.epilogue, &client, &config());
     if kind == Execution::Split && step.out == step.matmul_out {
         run_unfused(step.matmul_ops.iter().copied(), context, execution);
         return Ok(None);

@@ -30,8 +30,9 @@
 //! a launch instead of 0.39).
 
 use super::{HypatiaRuntime, execute_burn_at};
+use crate::config::{ExecutionPolicy, RacePolicy, config};
 use crate::fallback::run_unfused;
-use crate::kernel::{Epilogue, ExecutionPolicy, RacePolicy, execution_policy, race_policy};
+use crate::kernel::Epilogue;
 use crate::plan::{FusedLinear, Plan, Step};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -328,12 +329,13 @@ impl<R: CubeRuntime> Alternative<R> {
     /// This execution's turn at real shape `key` of a step with `signature`, if the step races
     /// under the current policies.
     pub fn turn(&mut self, key: &ShapeKey, signature: Signature) -> Option<Turn> {
-        match race_policy() {
+        let config = config();
+        match config.race {
             RacePolicy::Never => return None,
             RacePolicy::Burn => return Some(Turn::settled(Side::Burn)),
             RacePolicy::Always => {}
             RacePolicy::Auto => {
-                if execution_policy() != ExecutionPolicy::Auto {
+                if config.execution != ExecutionPolicy::Auto {
                     return None;
                 }
             }

@@ -16,7 +16,7 @@
 use super::HypatiaRuntime;
 use super::pace::Pace;
 use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
-use crate::kernel::{SubmitPolicy, SyncPolicy, submit_policy, sync_policy};
+use crate::config::{SubmitPolicy, SyncPolicy, config};
 use crate::stats;
 use burn_backend::{Backend, ExecutionError};
 use burn_cubecl::CubeRuntime;
@@ -57,7 +57,7 @@ fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
 /// The policy [`SubmitPolicy::Auto`] stands for here.
 fn submit_mode() -> SubmitPolicy {
     static CORES: OnceLock<bool> = OnceLock::new();
-    match submit_policy() {
+    match config().submit {
         SubmitPolicy::Auto => {
             let cores = *CORES.get_or_init(|| {
                 std::thread::available_parallelism().map_or(1, usize::from) >= SPIN_MIN_CORES
@@ -131,7 +131,7 @@ pub fn submitted() {
 /// of parking at once on burn-fusion's one-shot channel. The same drain and the same inner
 /// `sync` run, on the caller's stream.
 pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), ExecutionError> {
-    let spins = match sync_policy() {
+    let spins = match config().sync {
         SyncPolicy::Auto => auto_spins(),
         SyncPolicy::Spin => true,
         SyncPolicy::Park => false,

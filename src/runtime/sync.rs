@@ -16,7 +16,7 @@
 //! take a core from lavapipe's own threads), and while CubeCL's profiling log is on (its
 //! summaries print at `ComputeClient::sync`).
 
-use crate::kernel::{SyncPolicy, sync_policy};
+use crate::config::{SyncPolicy, config};
 use crate::stats;
 use burn_backend::ExecutionError;
 use burn_cubecl::CubeRuntime;
@@ -41,7 +41,7 @@ pub const SPIN_MIN_CORES: usize = 4;
 /// Waits until every op queued on `device` by this thread's stream has run, as
 /// `CubeBackend::sync` does.
 pub fn sync<R: CubeRuntime>(device: &R::Device) -> Result<(), ExecutionError> {
-    let spin = match sync_policy() {
+    let spin = match config().sync {
         SyncPolicy::Auto => auto_spins(),
         SyncPolicy::Spin => true,
         SyncPolicy::Park => false,

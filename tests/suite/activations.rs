@@ -10,7 +10,7 @@ use super::train::grad_tolerance;
 use burn::prelude::*;
 use burn::tensor::activation;
 use burn::tensor::{DType, Element};
-use hypatia::kernel::ExecutionPolicy;
+use hypatia::config::ExecutionPolicy;
 
 /// An activation as a Burn user writes it, and its float64 reference.
 #[derive(Clone, Copy, Debug)]
@@ -174,7 +174,7 @@ fn reference(act: Act, bias: bool, [x, w, b]: &[TensorData; 3]) -> TensorData {
 /// finite inputs, and run fused under its pattern.
 fn check_activation(act: Act, policy: ExecutionPolicy, shapes: &[Shape]) {
     let device = device();
-    let _guard = PolicyGuard::set(policy);
+    let _guard = ConfigGuard::set(|c| c.execution = policy);
     let dtype = DType::F32;
     for bias in [true, false] {
         let pattern = act.pattern(bias);
@@ -324,7 +324,7 @@ fn a_gelu_with_another_constant_runs_as_burn() {
 #[test]
 fn nn_linear_without_bias_fuses_with_gelu() {
     for policy in [ExecutionPolicy::Auto, ExecutionPolicy::Tiled] {
-        let _guard = PolicyGuard::set(policy);
+        let _guard = ConfigGuard::set(|c| c.execution = policy);
         linear_without_bias_then_gelu();
     }
 }

@@ -12,8 +12,9 @@ use super::model::Mlp;
 use super::properties::{judge, reference_tolerance, round_to, runner, values};
 use burn::prelude::*;
 use burn::tensor::{DType, Element};
+use hypatia::config::{ChainPolicy, ExecutionPolicy};
+use hypatia::kernel::Epilogue;
 use hypatia::kernel::chain::{ChainLimits, check_chain};
-use hypatia::kernel::{ChainPolicy, Epilogue, ExecutionPolicy};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -136,7 +137,7 @@ where
     H: Backend<FloatElem = F, Device = P::Device>,
 {
     let dtype = F::dtype();
-    let _chain = ChainGuard::set(ChainPolicy::Always);
+    let _chain = ConfigGuard::set(|c| c.chain = ChainPolicy::Always);
     let burn_wrong = std::cell::RefCell::new(Vec::new());
     runner(cases)
         .run(&chain_case(), |case| {

@@ -240,7 +240,7 @@ pub fn check_half_chain<F: burn_cubecl::FloatElement>() {
     }
     let device = device();
     let dtype = F::dtype();
-    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     let sizes = [784, 512, 512, 10];
     let fused = Mlp::<FusedOf<F>>::new(sizes, true, &device);
     let plain = Mlp::<PlainOf<F>>::new(sizes, true, &device);

@@ -34,11 +34,11 @@ pub fn device() -> TestDevice {
     // `RUST_LOG=hypatia=debug` shows what was fused and why not.
     let _ = env_logger::builder().is_test(true).try_init();
     // Tests count Hypatia's kernel runs, so steps are not raced against Burn's fused matmul
-    // (a timing decision) unless a test asks (`RaceGuard`) or `HYPATIA_RACE` is set.
+    // (a timing decision) unless a test asks (`ConfigGuard`) or `HYPATIA_RACE` is set.
     static RACE_OFF: std::sync::Once = std::sync::Once::new();
     RACE_OFF.call_once(|| {
         if std::env::var("HYPATIA_RACE").is_err() {
-            hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never);
+            hypatia::config::update_config(|c| c.race = hypatia::config::RacePolicy::Never);
         }
     });
     TestDevice::default()
@@ -140,73 +140,24 @@ pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
     assert!(relative <= tol, "relative error {relative} > {tol}");
 }
 
-/// Restores a process-wide setting when dropped, even when an assertion fails.
-pub struct Restore(fn());
+/// Changes the process's configuration until the guard drops, then puts back the one before,
+/// even when an assertion fails. These tests go through Burn's tensor API, which has no place
+/// for a configuration, so they change the process's (hence `--test-threads=1`); tests of the
+/// choices themselves build a `HypatiaConfig` and pass it (`src/kernel/policy.rs`).
+pub struct ConfigGuard(Option<hypatia::config::HypatiaConfig>);
 
-impl Drop for Restore {
-    fn drop(&mut self) {
-        (self.0)()
-    }
-}
-
-/// Sets the execution policy; the automatic choice comes back when the guard drops.
-pub struct PolicyGuard;
-
-impl PolicyGuard {
-    pub fn set(policy: hypatia::kernel::ExecutionPolicy) -> Restore {
-        hypatia::kernel::set_execution_policy(policy);
-        Restore(|| hypatia::kernel::set_execution_policy(hypatia::kernel::ExecutionPolicy::Auto))
-    }
-}
-
-/// Sets the race policy; the tests' default (no race) comes back when the guard drops.
-pub struct RaceGuard;
-
-impl RaceGuard {
-    pub fn set(policy: hypatia::kernel::RacePolicy) -> Restore {
+impl ConfigGuard {
+    pub fn set(change: impl FnOnce(&mut hypatia::config::HypatiaConfig)) -> Self {
         let _ = device();
-        hypatia::kernel::set_race_policy(policy);
-        Restore(|| hypatia::kernel::set_race_policy(hypatia::kernel::RacePolicy::Never))
+        Self(Some(hypatia::config::update_config(change)))
     }
 }
 
-/// Sets the MLP-chain policy; the automatic choice comes back when the guard drops.
-pub struct ChainGuard;
-
-impl ChainGuard {
-    pub fn set(policy: hypatia::kernel::ChainPolicy) -> Restore {
-        hypatia::kernel::set_chain_policy(policy);
-        Restore(|| hypatia::kernel::set_chain_policy(hypatia::kernel::ChainPolicy::Auto))
-    }
-}
-
-/// Sets the flush policy; the default (`Auto`) comes back when the guard drops.
-pub struct FlushGuard;
-
-impl FlushGuard {
-    pub fn set(policy: hypatia::kernel::FlushPolicy) -> Restore {
-        hypatia::kernel::set_flush_policy(policy);
-        Restore(|| hypatia::kernel::set_flush_policy(hypatia::kernel::FlushPolicy::Auto))
-    }
-}
-
-/// Sets the sync policy; the default (`Auto`) comes back when the guard drops.
-pub struct SyncGuard;
-
-impl SyncGuard {
-    pub fn set(policy: hypatia::kernel::SyncPolicy) -> Restore {
-        hypatia::kernel::set_sync_policy(policy);
-        Restore(|| hypatia::kernel::set_sync_policy(hypatia::kernel::SyncPolicy::Auto))
-    }
-}
-
-/// Sets the process's submit policy until the returned guard drops (then `Auto`).
-pub struct SubmitGuard;
-
-impl SubmitGuard {
-    pub fn set(policy: hypatia::kernel::SubmitPolicy) -> Restore {
-        hypatia::kernel::set_submit_policy(policy);
-        Restore(|| hypatia::kernel::set_submit_policy(hypatia::kernel::SubmitPolicy::Auto))
+impl Drop for ConfigGuard {
+    fn drop(&mut self) {
+        if let Some(before) = self.0.take() {
+            hypatia::config::set_config(before);
+        }
     }
 }
 

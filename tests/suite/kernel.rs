@@ -74,7 +74,7 @@ fn keeps_nan_and_inf_like_burn() {
 
 #[test]
 fn split_execution_matches_burn() {
-    let _policy = PolicyGuard::set(hypatia::kernel::ExecutionPolicy::Split);
+    let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::Split);
     let split = |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.split);
     // Split runs the inner backend's matmul: its precision is Burn's.
     let tol = burn_tolerance(DType::F32);
@@ -102,7 +102,7 @@ fn split_execution_matches_burn() {
 
 #[test]
 fn tensor_core_execution_matches_burn() {
-    let _policy = PolicyGuard::set(hypatia::kernel::ExecutionPolicy::TensorCore);
+    let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::TensorCore);
     let engine =
         |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.tensor_core);
     // Without matrix units (lavapipe) the engine's autotune keeps Burn's matmul; on CUDA it
@@ -140,7 +140,7 @@ fn tensor_core_execution_matches_burn() {
 #[test]
 fn relu_grad_reads_a_pitched_gate() {
     use burn::prelude::*;
-    use hypatia::kernel::ExecutionPolicy;
+    use hypatia::config::ExecutionPolicy;
     let device = device();
     let dtype = DType::F32;
     let client = <Runtime as cubecl::Runtime>::client(&device);
@@ -150,7 +150,7 @@ fn relu_grad_reads_a_pitched_gate() {
     }
     let pitch = 64;
     for policy in policies {
-        let _policy = PolicyGuard::set(policy);
+        let _policy = ConfigGuard::set(|c| c.execution = policy);
         for lead in [&[17][..], &[1], &[40]] {
             let (k, n) = (9, 33);
             let rows: usize = lead.iter().product();
@@ -224,4 +224,55 @@ fn relu_grad_reads_a_pitched_gate() {
             assert_close(&actual, &expected, tolerance);
         }
     }
+}
+
+/// The engine's autotune key tells apart problems that one candidate declines and another
+/// takes: CubeCL's tuner replays a key's choice and panics if that candidate declines. A
+/// choice tuned with a contiguous gate (the Hopper kernel takes it) must not replay on a
+/// pitched one (it declines), nor one tuned with the Hopper kernel offered f32 after it no
+/// longer is (an H100 panicked there, `HYPATIA_WGMMA=half` after a run with it offered).
+#[test]
+fn engine_keys_part_problems_a_candidate_declines() {
+    use burn_cubecl::tensor::CubeTensor;
+    use burn_std::{Metadata, Shape, Strides};
+    use hypatia::config::WgmmaOffer;
+    use hypatia::kernel::Epilogue;
+    use hypatia::kernel::tensor_core::LinearArgs;
+    let device = device();
+    let client = <Runtime as cubecl::Runtime>::client(&device);
+    let tensor = |shape: [usize; 2], strides: [usize; 2]| {
+        let len = (shape[0] - 1) * strides[0] + (shape[1] - 1) * strides[1] + 1;
+        CubeTensor::<Runtime>::new(
+            client.clone(),
+            client.empty(len * 4),
+            Metadata::new(Shape::from(shape.to_vec()), Strides::new(&strides)),
+            device.clone(),
+            DType::F32,
+        )
+    };
+    let (k, n) = (64, 96);
+    let args = |m: usize, gate_pitch: usize| LinearArgs::<Runtime> {
+        x: tensor([m, k], [k, 1]),
+        w: tensor([k, n], [n, 1]),
+        bias: None,
+        out: tensor([m, n], [n, 1]),
+        pre: None,
+        epilogue: Epilogue::ReluGrad,
+        gate: Some(tensor([m, n], [gate_pitch, 1])),
+        params: [0.0; 2],
+        bias_grad: None,
+    };
+    let contiguous = args(40, n).key();
+    assert_eq!(
+        contiguous,
+        args(33, n).key(),
+        "rows within a power of two share a key"
+    );
+    assert_ne!(
+        contiguous,
+        args(40, 128).key(),
+        "a pitched gate has a key of its own"
+    );
+    let _half = ConfigGuard::set(|c| c.wgmma = WgmmaOffer::Half);
+    assert_ne!(contiguous, args(40, n).key(), "so has each wgmma offer");
 }

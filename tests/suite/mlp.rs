@@ -97,7 +97,7 @@ fn check_chained_sizes<const D: usize>(
 
 #[test]
 fn chained_layers_equal_burn_in_one_launch() {
-    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     for m in [1, 17, 33, 64] {
         check_chained([m, 32], true, 1, false);
     }
@@ -109,7 +109,7 @@ fn chained_layers_equal_burn_in_one_launch() {
     // More rows than the kernel takes: one launch per layer.
     check_chained([65, 32], true, 0, false);
     // With a forced execution the output Linear is claimed and joins the chain too.
-    let _tiled = PolicyGuard::set(hypatia::kernel::ExecutionPolicy::Tiled);
+    let _tiled = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::Tiled);
     let chained = || {
         let stats = hypatia::stats(&device());
         ["linear-relu", "linear"].map(|p| stats.patterns.get(p).map_or(0, |p| p.chained))
@@ -124,9 +124,9 @@ fn chained_layers_equal_burn_in_one_launch() {
 /// being recorded, make the same single chain launch.
 #[test]
 fn eager_submission_keeps_one_chain_launch() {
-    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
-    let _submit = SubmitGuard::set(hypatia::kernel::SubmitPolicy::Eager);
-    let _sync = SyncGuard::set(hypatia::kernel::SyncPolicy::Spin);
+    let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
+    let _submit = ConfigGuard::set(|c| c.submit = hypatia::config::SubmitPolicy::Eager);
+    let _sync = ConfigGuard::set(|c| c.sync = hypatia::config::SyncPolicy::Spin);
     for m in [1, 33] {
         check_chained([m, 32], true, 1, false);
     }
@@ -139,16 +139,16 @@ fn eager_submission_keeps_one_chain_launch() {
 /// block is flushed; under `Never` none is. The results stay Burn's.
 #[test]
 fn chain_launches_are_flushed_to_an_idle_device_thread() {
-    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     let device = device();
     let model = Mlp::<Fused>::new(SIZES, true, &device);
     let plain = Mlp::<Plain>::new(SIZES, true, &device);
     let flushes = || hypatia::stats(&device).host.flushes;
     for (policy, flushed) in [
-        (hypatia::kernel::FlushPolicy::Auto, true),
-        (hypatia::kernel::FlushPolicy::Never, false),
+        (hypatia::config::FlushPolicy::Auto, true),
+        (hypatia::config::FlushPolicy::Never, false),
     ] {
-        let _flush = FlushGuard::set(policy);
+        let _flush = ConfigGuard::set(|c| c.flush = policy);
         let before = (chain_launches(), flushes());
         for seed in 0..4 {
             let x = data(seed, &[3, SIZES[0]], 1.0);
@@ -165,7 +165,7 @@ fn chain_launches_are_flushed_to_an_idle_device_thread() {
 
 #[test]
 fn no_chain_when_switched_off() {
-    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Never);
+    let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Never);
     let before = (chain_launches(), executed());
     let actual = infer::<Fused, 2>([3, 32], true);
     assert_eq!(chain_launches(), before.0);
@@ -182,7 +182,7 @@ fn no_chain_when_switched_off() {
 /// while the policy says never), in any order, with Burn's results.
 #[test]
 fn a_remembered_chain_decision_follows_sizes_and_policy() {
-    use hypatia::kernel::ChainPolicy::{Always, Never};
+    use hypatia::config::ChainPolicy::{Always, Never};
     let device = device();
     let model = Mlp::<Fused>::new(SIZES, true, &device);
     let plain = Mlp::<Plain>::new(SIZES, true, &device);
@@ -196,7 +196,7 @@ fn a_remembered_chain_decision_follows_sizes_and_policy() {
         (1, Always, 1),
     ];
     for (seed, (m, policy, launches)) in forwards.into_iter().enumerate() {
-        let _chain = ChainGuard::set(policy);
+        let _chain = ConfigGuard::set(|c| c.chain = policy);
         let before = chain_launches();
         let x = data(seed as u64, &[m, SIZES[0]], 1.0);
         let actual = model.forward(Tensor::<Fused, 2>::from_data(x.clone(), &device));
@@ -216,7 +216,7 @@ fn a_remembered_chain_decision_follows_sizes_and_policy() {
 /// every input rank, still in one chain launch per forward and with Burn's results.
 #[test]
 fn a_models_biases_are_reshaped_once() {
-    let _chain = ChainGuard::set(hypatia::kernel::ChainPolicy::Always);
+    let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     let device = device();
     let model = Mlp::<Fused>::new(SIZES, true, &device);
     let plain = Mlp::<Plain>::new(SIZES, true, &device);

@@ -24,8 +24,8 @@ use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::{DType, Element};
+use hypatia::config::ExecutionPolicy;
 use hypatia::fallback::verify::Difference;
-use hypatia::kernel::ExecutionPolicy;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 
@@ -493,7 +493,7 @@ fn run_problems(
     let start = std::time::Instant::now();
     runner(cases)
         .run(&problem(policies(dtype)), |p| {
-            let _policy = PolicyGuard::set(p.policy);
+            let _policy = ConfigGuard::set(|c| c.execution = p.policy);
             let wrong = case(&p)?;
             // Progress, so that a run stopped by a time limit shows how far it got.
             eprintln!("{dtype:?} case done at {:.0?}: {p:?}", start.elapsed());

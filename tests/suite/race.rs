@@ -9,7 +9,7 @@ use burn::prelude::*;
 use burn::tensor::DType;
 use burn::tensor::activation::relu;
 use burn::tensor::module::linear;
-use hypatia::kernel::{ExecutionPolicy, RacePolicy};
+use hypatia::config::{ExecutionPolicy, RacePolicy};
 use hypatia::runtime::race::SAMPLES;
 
 /// What a pattern's counters say: Hypatia's kernel runs, Burn's fused-matmul runs, races decided.
@@ -56,7 +56,7 @@ fn forms<B: Backend, const D: usize>(
 /// Burn's results, and no Hypatia kernel ran where Burn's fused matmul takes the step's ops.
 #[test]
 fn burns_side_gives_burns_results_on_every_form() {
-    let _race = RaceGuard::set(RacePolicy::Burn);
+    let _race = ConfigGuard::set(|c| c.race = RacePolicy::Burn);
     let (k, n) = (33, 65);
     let w = data(2, &[k, n], 0.2);
     let b = data(3, &[n], 1.0);
@@ -111,7 +111,7 @@ fn burns_side_gives_burns_results_on_every_form() {
 /// races again.
 #[test]
 fn a_race_decides_each_real_shape_once() {
-    let _race = RaceGuard::set(RacePolicy::Always);
+    let _race = ConfigGuard::set(|c| c.race = RacePolicy::Always);
     let (k, n) = (31, 47);
     let w = data(20, &[k, n], 0.2);
     let b = data(21, &[n], 1.0);
@@ -141,7 +141,7 @@ fn a_race_decides_each_real_shape_once() {
 /// execution gives Burn's results. Before, `Auto` raced only where the device had matrix units.
 #[test]
 fn the_default_policy_races_on_every_device() {
-    let _race = RaceGuard::set(RacePolicy::Auto);
+    let _race = ConfigGuard::set(|c| c.race = RacePolicy::Auto);
     let (m, k, n) = (21, 37, 29);
     let w = data(30, &[k, n], 0.2);
     let b = data(31, &[n], 1.0);
@@ -163,7 +163,7 @@ fn the_default_policy_races_on_every_device() {
 /// with them) are another computation: they race on their own.
 #[test]
 fn equal_steps_share_one_race() {
-    let _race = RaceGuard::set(RacePolicy::Always);
+    let _race = ConfigGuard::set(|c| c.race = RacePolicy::Always);
     let (m, k, n) = (13, 29, 43);
     // Each form gets a race's runs and then some.
     let launches = 2 * (2 + 2 * SAMPLES as usize + 3);
@@ -245,7 +245,7 @@ fn inputs<B: Backend>(
 #[test]
 fn raced_backward_matches_burn() {
     for policy in [RacePolicy::Always, RacePolicy::Burn] {
-        let _race = RaceGuard::set(policy);
+        let _race = ConfigGuard::set(|c| c.race = policy);
         let before = counters("linear-relu")[1] + counters("matmul-relu-grad")[1];
         for step in 0..2 + 2 * SAMPLES as u64 + 1 {
             let x = data(30 + step, &[17, 33], 1.0);
@@ -268,8 +268,8 @@ fn raced_backward_matches_burn() {
 /// gradients.
 #[test]
 fn burns_side_runs_every_backward_step() {
-    let _race = RaceGuard::set(RacePolicy::Burn);
-    let _policy = PolicyGuard::set(ExecutionPolicy::Tiled);
+    let _race = ConfigGuard::set(|c| c.race = RacePolicy::Burn);
+    let _policy = ConfigGuard::set(|c| c.execution = ExecutionPolicy::Tiled);
     let patterns = ["matmul-relu-grad", "matmul"];
     let before = patterns.map(counters);
     let widths = [33, 65, 17, 9];

@@ -4,7 +4,7 @@
 
 use super::check::linear_relu_matches_burn;
 use super::common::*;
-use hypatia::kernel::{SubmitPolicy, SyncPolicy};
+use hypatia::config::{SubmitPolicy, SyncPolicy};
 use hypatia::runtime::sync::SPIN_MIN_CORES;
 
 const THREADS: usize = 3;
@@ -47,7 +47,7 @@ fn every_sync_policy_waits_from_several_threads() {
             if cores >= SPIN_MIN_CORES { syncs } else { 0 },
         ),
     ] {
-        let _sync = SyncGuard::set(policy);
+        let _sync = ConfigGuard::set(|c| c.sync = policy);
         let before = spins();
         run_threads();
         let after = spins();
@@ -68,8 +68,8 @@ fn every_submit_policy_gives_burns_results_from_several_threads() {
         SubmitPolicy::Auto,
     ] {
         for sync in [SyncPolicy::Spin, SyncPolicy::Park] {
-            let _submit = SubmitGuard::set(submit);
-            let _sync = SyncGuard::set(sync);
+            let _submit = ConfigGuard::set(|c| c.submit = submit);
+            let _sync = ConfigGuard::set(|c| c.sync = sync);
             run_threads();
         }
     }

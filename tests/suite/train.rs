@@ -10,7 +10,7 @@ use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use hypatia::kernel::{ExecutionPolicy, FlushPolicy};
+use hypatia::config::{ExecutionPolicy, FlushPolicy};
 
 /// Every parameter of `model`, in layer order.
 fn parameters<B: Backend>(model: &Mlp<B>) -> Vec<TensorData> {
@@ -81,7 +81,7 @@ struct Backward {
 /// every gradient (the bias gradients summed in the relu-backward kernels among them) equals
 /// Burn's, NaN for NaN.
 fn check_backward(policy: ExecutionPolicy) -> Backward {
-    let _policy = PolicyGuard::set(policy);
+    let _policy = ConfigGuard::set(|c| c.execution = policy);
     let (grad_before, matmul_before) = (pattern_count("matmul-relu-grad"), pattern_count("matmul"));
     let bias_before = bias_grad_count("matmul-relu-grad");
     let plain_bias_before = bias_grad_count("matmul");
@@ -137,7 +137,7 @@ fn backward_matches_burn() {
 fn backward_matches_burn_with_launches_flushed() {
     // Handing each block's launches to the device thread at once (`FlushPolicy::Blocks`)
     // changes when they run, never what they compute; the plans are those of the default.
-    let _flush = FlushGuard::set(FlushPolicy::Blocks);
+    let _flush = ConfigGuard::set(|c| c.flush = FlushPolicy::Blocks);
     let ran = check_backward(ExecutionPolicy::Tiled);
     assert!(
         ran.gated > 0 && ran.plain > 0 && ran.bias_grads > 0,
@@ -151,10 +151,14 @@ fn backward_matches_burn_with_launches_flushed() {
 #[test]
 fn auto_flushes_only_blocks_predicted_to_keep_the_device_busy() {
     use burn::tensor::DType;
-    use hypatia::kernel::{AUTO_FLUSH_MIN_GPU_US, Profile, has_matrix_units};
+    use hypatia::config::AUTO_FLUSH_MIN_GPU_US;
+    use hypatia::kernel::{Profile, has_matrix_units};
     let device = device();
     let client = <Runtime as cubecl::Runtime>::client(&device);
-    let profile = Profile::for_device(has_matrix_units(&client, DType::F32));
+    let profile = Profile::for_device(
+        has_matrix_units(&client, DType::F32),
+        &hypatia::config::config(),
+    );
     let predicted = |s: usize| profile.gpu_time(s, s, s, DType::F32);
     // Square Linear + ReLU layers well clear of the threshold on this device's profile: a
     // 32-wide one below it and a 128-wide one above it on lavapipe, 1024 and 4096 on an H100.
@@ -171,7 +175,7 @@ fn auto_flushes_only_blocks_predicted_to_keep_the_device_busy() {
         (FlushPolicy::Blocks, small, true),
     ];
     for (policy, size, flushes) in cases {
-        let _flush = FlushGuard::set(policy);
+        let _flush = ConfigGuard::set(|c| c.flush = policy);
         let x = Tensor::<Fused, 2>::from_data(data(1, &[size, size], 1.0), &device);
         let w = Tensor::<Fused, 2>::from_data(data(2, &[size, size], 0.5), &device);
         let b = Tensor::<Fused, 1>::from_data(data(3, &[size], 0.5), &device);
@@ -210,16 +214,11 @@ fn verify_mode_checks_a_bias_gradient_summed_from_dy() {
     // Strict verify compares each fused step's first execution with Burn's ops, the output
     // layer's bias gradient (summed from its weight gradient's `dy`) among them: a wrong sum
     // would fail the next sync.
-    use hypatia::fallback::verify::{VerifyMode, set_verify_mode};
-    struct Off;
-    impl Drop for Off {
-        fn drop(&mut self) {
-            set_verify_mode(VerifyMode::Off);
-        }
-    }
-    let _policy = PolicyGuard::set(ExecutionPolicy::Tiled);
-    let _off = Off;
-    set_verify_mode(VerifyMode::Strict);
+    use hypatia::config::VerifyMode;
+    let _config = ConfigGuard::set(|c| {
+        c.execution = ExecutionPolicy::Tiled;
+        c.verify = VerifyMode::Strict;
+    });
     let verified = || {
         let stats = hypatia::stats(&device());
         stats.patterns.get("matmul").map_or(0, |p| p.verified)
