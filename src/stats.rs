@@ -31,7 +31,7 @@ pub struct PatternStats {
     /// Plans that ran Burn's ops instead, by reason (checked at run time).
     pub fallbacks: BTreeMap<String, u64>,
     /// Real shapes at which a step was timed against Burn's own way of running its ops and
-    /// a winner chosen (see [`crate::runtime::race`]).
+    /// a winner chosen (see [`crate::execute::race`]).
     pub raced: u64,
     /// Executions of a step while its race at that shape was undecided (warm-up and timed
     /// runs, each between device syncs): a benchmark's warm-up is over when these stop.
@@ -83,10 +83,10 @@ pub struct HostStats {
     /// the answer ([`SyncPolicy`](crate::kernel::SyncPolicy)).
     pub spin_syncs: u64,
     /// `Hypatia<B>::sync` calls whose caller spun on burn-fusion's answer instead of parking
-    /// ([`SyncPolicy`](crate::kernel::SyncPolicy), `runtime::submit`).
+    /// ([`SyncPolicy`](crate::kernel::SyncPolicy), `host::submit`).
     pub caller_spins: u64,
     /// Linear biases read through the row view made of them before, instead of a new reshape
-    /// op (`Hypatia<B>::linear`, `runtime::bias`).
+    /// op (`Hypatia<B>::linear`, `backend::bias`).
     pub bias_views: u64,
 }
 

@@ -1,7 +1,7 @@
 //! Start-up of `Hypatia<B>` beside Burn's `B` on one device, in each order, each in a fresh
 //! process: CubeCL 0.10 starts a device service while holding a lock that a queued stream's
 //! fusers take, and the second backend's first op used to deadlock there
-//! (`runtime::submit::start` says how Hypatia avoids it). A hang fails the test after
+//! (`host::submit::start` says how Hypatia avoids it). A hang fails the test after
 //! [`LIMIT`] instead of blocking the suite.
 
 use burn::prelude::*;

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 5's small-batch latency with Hypatia<B>'s submission and sync policies
-# (runtime::submit): the CUDA tests of the policies and the MLP chain, then REPEAT rounds of
+# (host::submit): the CUDA tests of the policies and the MLP chain, then REPEAT rounds of
 # bench_infer under the default policies (HYPATIA_SUBMIT=auto: eager on this machine) and
 # under HYPATIA_SUBMIT=batched, Burn beside Hypatia in each process, and PyTorch eager; then
 # bench_train's small MLP under both submit policies (TRAIN=0 skips it). Binaries in

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 5: paced flushes (runtime::pace). Per round, bench_infer (Hypatia beside Burn) in one
+# Issue 5: paced flushes (host::pace). Per round, bench_infer (Hypatia beside Burn) in one
 # process per entry of CONFIGS (name:HYPATIA_SUBMIT:HYPATIA_FLUSH), then PyTorch eager. The
 # default CONFIGS is the experiment of the fourth session's call 5, on a build whose FlushPolicy::Auto did not
 # flush small blocks yet:

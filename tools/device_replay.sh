@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 5: the chain's remembered decision (runtime::chain::ChainMemo), A/B against the build
+# Issue 5: the chain's remembered decision (execute::chain), A/B against the build
 # before it. Per round, one bench_infer process per binary in BINS (Hypatia beside Burn, bf16,
 # batches 1/8/32), then PyTorch eager; then, unless TIMELINE=0, each binary once more at batch 8
 # (Hypatia alone) under tools/kernel_timeline.cu, read by tools/infer_timeline.py. Binaries in

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 5's small-batch latency with Hypatia's spinning `sync` (runtime::sync): the CUDA tests
+# Issue 5's small-batch latency with Hypatia's spinning `sync` (host::sync): the CUDA tests
 # of the sync policies and the MLP chain, then REPEAT rounds of bench_infer under
 # HYPATIA_SYNC=spin and park (Burn's own path beside Hypatia in each process) and PyTorch eager,
 # interleaved so that each round sees the machine in one state. Binaries (lib test binary,

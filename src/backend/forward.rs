@@ -62,8 +62,8 @@ pub(crate) use forward_read;
 
 /// [`forward!`] for [`HypatiaFusion`](super::HypatiaFusion): the op is recorded by
 /// burn-fusion's `Fusion`, then handed to burn-fusion's thread under the submit policy
-/// (`runtime::submit::submitted`). An op marked `[device]` (it names a device: the ops that
-/// create tensors, and moves) first starts Hypatia's service there (`runtime::submit::start`).
+/// (`host::submit::submitted`). An op marked `[device]` (it names a device: the ops that
+/// create tensors, and moves) first starts Hypatia's service there (`host::submit::start`).
 macro_rules! submit {
     ($trait:ident<$inner:ty> {
         $(fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $([$device:ident])?;)*
@@ -71,9 +71,9 @@ macro_rules! submit {
         $(
             fn $name($($arg: $ty),*) -> $ret {
                 use $crate::backend::forward::Rebind as _;
-                $($crate::runtime::submit::start::<R>($device);)?
+                $($crate::host::submit::start::<R, $crate::runtime::HypatiaRuntime<R>>($device);)?
                 let out = <$inner as $trait<$inner>>::$name($($arg.rebind()),*).rebind();
-                $crate::runtime::submit::submitted();
+                $crate::host::submit::submitted();
                 out
             }
         )*
@@ -83,7 +83,7 @@ macro_rules! submit {
 pub(crate) use submit;
 
 /// [`submit!`] for the methods [`HypatiaFusion`](super::HypatiaFusion) runs itself
-/// (`runtime::bias::OwnOps`: a Linear's bias reshaped once), then hands to burn-fusion's
+/// (`backend::bias::OwnOps`: a Linear's bias reshaped once), then hands to burn-fusion's
 /// thread under the submit policy.
 macro_rules! own {
     ($trait:ident<$inner:ty> {
@@ -91,8 +91,8 @@ macro_rules! own {
     }) => {
         $(
             fn $name($($arg: $ty),*) -> $ret {
-                let out = <Self as $crate::runtime::bias::OwnOps>::$name($($arg),*);
-                $crate::runtime::submit::submitted();
+                let out = <Self as $crate::backend::bias::OwnOps>::$name($($arg),*);
+                $crate::host::submit::submitted();
                 out
             }
         )*

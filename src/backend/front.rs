@@ -1,5 +1,5 @@
 //! [`HypatiaFusion`]: burn-fusion's `Fusion<HypatiaBackend>`, every op forwarded, with Hypatia's
-//! submission and `sync` (`runtime::submit`).
+//! submission and `sync` (`host::submit`).
 
 use super::HypatiaBackend;
 use super::forward::{forward_backend, forward_backend_ir};
@@ -19,7 +19,7 @@ pub(crate) type Fused<R, F, I, BT> = Fusion<HypatiaBackend<R, F, I, BT>>;
 /// tensors, same op stream, same fusers), except that under the default policies the ops are
 /// handed to burn-fusion's thread as they are recorded (so they are fused while the caller
 /// records the next ones), and `sync` spins on burn-fusion's answer before parking (see
-/// `runtime::submit`, [`SubmitPolicy`](crate::kernel::SubmitPolicy) and
+/// `host::submit`, [`SubmitPolicy`](crate::kernel::SubmitPolicy) and
 /// [`SyncPolicy`](crate::kernel::SyncPolicy)).
 pub struct HypatiaFusion<R, F = f32, I = i32, BT = u8> {
     _types: PhantomData<(R, F, I, BT)>,
@@ -66,7 +66,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
     }
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
-        crate::runtime::submit::fusion_sync::<HypatiaBackend<R, F, I, BT>>(device)
+        crate::host::submit::fusion_sync::<HypatiaBackend<R, F, I, BT>>(device)
     }
 
     forward_backend!(Fused<R, F, I, BT>);

@@ -72,7 +72,7 @@ pub enum ChainPolicy {
 /// burn-fusion keys plans on relative shapes, so the plan cannot know whether its kernel beats
 /// Burn's at the real ones. Where Burn's `MatmulFuser` takes a step's matmul and the step's ops
 /// after it, the step holds that optimization too, times both at each new real shape (after one warm-up run of each) and
-/// runs the faster from then on (see `runtime::race`).
+/// runs the faster from then on (see `execute::race`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RacePolicy {
@@ -111,7 +111,7 @@ pub enum FlushPolicy {
     /// busy for at least [`AUTO_FLUSH_MIN_GPU_US`]: then the GPU, not the host, bounds the
     /// step, and starting it early pays. A block that ran an MLP-chain launch (a small-batch
     /// forward, whose caller waits for it next) is flushed too when the device thread has run
-    /// every earlier flush (`runtime::pace`). The default.
+    /// every earlier flush (`host::pace`). The default.
     #[default]
     Auto,
     /// Launches wait in CubeCL's buffer, as Burn's own do.
@@ -120,34 +120,34 @@ pub enum FlushPolicy {
     /// is padded with no-op tasks (`DeviceHandle::flush_queue`, which does not wait).
     Blocks,
     /// As [`Auto`](Self::Auto), and every smaller block is flushed when the device thread has
-    /// run every earlier flush (`runtime::pace`), chain launch or not. Not measured in
+    /// run every earlier flush (`host::pace`), chain launch or not. Not measured in
     /// training.
     Paced,
 }
 
 /// How Hypatia's backends wait in `Backend::sync`: burn-fusion's thread for CubeCL's device
-/// thread (see `runtime::sync`), and `Hypatia<B>`'s caller for burn-fusion's thread (see
-/// `runtime::submit`).
+/// thread (see `host::sync`), and `Hypatia<B>`'s caller for burn-fusion's thread (see
+/// `host::submit`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyncPolicy {
-    /// [`Spin`](Self::Spin) on machines of at least `runtime::sync::SPIN_MIN_CORES` cores
+    /// [`Spin`](Self::Spin) on machines of at least `host::sync::SPIN_MIN_CORES` cores
     /// while CubeCL's profiling log is off, else [`Park`](Self::Park) (the default).
     #[default]
     Auto,
     /// Ask CubeCL's device thread for its fence without blocking, and queue the caller's
     /// `sync` on burn-fusion's thread without blocking; each waiter spins on its answer for up
-    /// to `runtime::sync::SPIN` before parking.
+    /// to `host::sync::SPIN` before parking.
     Spin,
     /// Burn's own waits, which park burn-fusion's thread and the caller at once.
     Park,
 }
 
-/// When `Hypatia<B>` hands the ops it records to burn-fusion's thread (see `runtime::submit`).
+/// When `Hypatia<B>` hands the ops it records to burn-fusion's thread (see `host::submit`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SubmitPolicy {
-    /// [`Eager`](Self::Eager) on machines of at least `runtime::sync::SPIN_MIN_CORES` cores,
+    /// [`Eager`](Self::Eager) on machines of at least `host::sync::SPIN_MIN_CORES` cores,
     /// else [`Batched`](Self::Batched) (the default).
     #[default]
     Auto,
@@ -157,7 +157,7 @@ pub enum SubmitPolicy {
     /// Ops wait in burn-fusion's queue until it fills (32 tasks) or the caller syncs or reads,
     /// as under Burn's `Fusion`.
     Batched,
-    /// After an op, when burn-fusion's thread has run every earlier flush (`runtime::pace`):
+    /// After an op, when burn-fusion's thread has run every earlier flush (`host::pace`):
     /// as [`Eager`](Self::Eager), but the caller never waits for a busy thread to take the
     /// queue; ops recorded meanwhile go with the next flush. The caller records faster, but
     /// more is left for burn-fusion's thread at the `sync`: on the H100 a small forward took
@@ -349,7 +349,7 @@ mod tests {
         let (small, large) = (step([1024, 784, 2048, 10]), step([8192, 1024, 4096, 1024]));
         assert!(!FlushPolicy::Auto.flushes(small), "{small} µs flushed");
         assert!(FlushPolicy::Auto.flushes(large), "{large} µs not flushed");
-        // Paced flushes a small block only when the device thread is idle (`runtime::pace`).
+        // Paced flushes a small block only when the device thread is idle (`host::pace`).
         assert!(
             !FlushPolicy::Paced.flushes(small),
             "{small} µs flushed while busy"

@@ -15,10 +15,8 @@ pub mod verify;
 pub(crate) use probe::{Fault, inject_fault, injected};
 pub(crate) use probe::{after_first_launch, before_first_launch};
 
-use crate::runtime::HypatiaRuntime;
 use burn_backend::ExecutionError;
-use burn_cubecl::CubeRuntime;
-use burn_cubecl_fusion::CubeFusionHandle;
+use burn_fusion::FusionRuntime;
 use burn_fusion::stream::{Context, OrderedExecution};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,10 +72,10 @@ impl FallbackReason {
 }
 
 /// Runs block ops `indices` (in that order) through their unfused closures.
-pub fn run_unfused<R: CubeRuntime>(
+pub fn run_unfused<H: FusionRuntime>(
     indices: impl IntoIterator<Item = usize>,
-    context: &mut Context<CubeFusionHandle<R>>,
-    execution: &OrderedExecution<HypatiaRuntime<R>>,
+    context: &mut Context<H::FusionHandle>,
+    execution: &OrderedExecution<H>,
 ) {
     for index in indices {
         execution
@@ -123,3 +121,11 @@ pub(crate) fn take_deferred<D: core::fmt::Debug>(device: &D) -> Option<Execution
 
 #[cfg(all(test, feature = "wgpu"))]
 mod tests;
+
+pub(crate) fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> burn_ir::TensorIr {
+    context
+        .tensors
+        .get(id)
+        .cloned()
+        .expect("every tensor of a claimed block is in the context")
+}

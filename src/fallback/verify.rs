@@ -17,10 +17,15 @@
 //! ```
 
 pub use crate::config::VerifyMode;
+use crate::fallback::FallbackReason;
+use crate::fallback::real_tensor;
+use crate::kernel::LinearOutputs;
+use crate::plan::FusedLinear;
 use burn_backend::{DType, ExecutionError, Shape};
 use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_cubecl_fusion::CubeFusionHandle;
-use burn_ir::{BackendIr, TensorHandle};
+use burn_fusion::stream::Context;
+use burn_ir::{BackendIr, TensorHandle, TensorIr, TensorStatus};
 
 /// The largest accepted `|fused − burn|`, relative to `max(1, max |burn|)`.
 ///
@@ -129,4 +134,83 @@ pub(crate) fn read<R: CubeRuntime>(
         .map_err(|error| ExecutionError::WithContext {
             reason: format!("{error:?}"),
         })
+}
+
+/// Compares the fused outputs with Burn's, which the step's ops have just registered. A bias
+/// gradient, whose `sum_dim` ops run later, is compared with the column sums of Burn's output
+/// (in f64, on the host).
+pub(crate) fn compare<R: CubeRuntime>(
+    step: &FusedLinear,
+    [x, w]: [&TensorIr; 2],
+    outputs: LinearOutputs<R>,
+    context: &mut Context<CubeFusionHandle<R>>,
+    tf32: bool,
+) -> Result<(), FallbackReason> {
+    let out = real_tensor(context, &step.out);
+    let mismatch = |tensor, shape: &[usize], difference, tolerance| {
+        FallbackReason::Mismatch(Box::new(Mismatch {
+            pattern: step.pattern(),
+            tensor,
+            x: x.shape.to_vec(),
+            w: w.shape.to_vec(),
+            shape: shape.to_vec(),
+            dtype: out.dtype,
+            difference,
+            tolerance,
+        }))
+    };
+    let read = |handle, shape: &[usize]| {
+        read(handle, shape).map_err(|e| FallbackReason::Launch(e.to_string()))
+    };
+    let tolerance = tolerance(out.dtype, tf32);
+    let mut burn_out = None;
+    let pairs = [
+        (Some(step.out), Some(outputs.out), "output"),
+        (step.pre, outputs.pre, "pre-activation"),
+    ];
+    for (id, fused, tensor) in pairs {
+        let (Some(id), Some(fused)) = (id, fused) else {
+            continue;
+        };
+        let burn = real_tensor(context, &id);
+        let burn_handle = context
+            .handles
+            .get_handle(&burn.id, &TensorStatus::ReadOnly);
+        #[allow(unused_mut)]
+        let mut fused = read(fused, &burn.shape)?;
+        #[cfg(test)]
+        if crate::fallback::injected() == crate::fallback::Fault::WrongResult {
+            fused[0] += 1.0;
+        }
+        let burn_values = read(burn_handle, &burn.shape)?;
+        let difference = Difference::between(&fused, &burn_values);
+        if !difference.within(tolerance) {
+            return Err(mismatch(tensor, &burn.shape, difference, tolerance));
+        }
+        if id == step.out {
+            burn_out = Some(burn_values);
+        }
+    }
+    // What the bias gradient sums: Burn's output, or the right operand.
+    let summed = match &step.bias_grad {
+        Some(grad) if grad.of_rhs => {
+            let handle = context.handles.get_handle(&w.id, &TensorStatus::ReadOnly);
+            Some((read(handle, &w.shape)?, w.shape.to_vec()))
+        }
+        _ => burn_out.map(|values| (values, out.shape.to_vec())),
+    };
+    if let (Some(fused), Some((values, summed_shape))) = (outputs.bias_grad, summed) {
+        let n = *summed_shape.last().unwrap_or(&1);
+        let mut sums = vec![0.0f64; n];
+        for (i, value) in values.iter().enumerate() {
+            sums[i % n] += *value as f64;
+        }
+        let sums: Vec<f32> = sums.into_iter().map(|v| v as f32).collect();
+        let shape = crate::kernel::bias_grad_shape(&summed_shape);
+        let difference = Difference::between(&read(fused, &shape)?, &sums);
+        if !difference.within(tolerance) {
+            return Err(mismatch("bias gradient", &shape, difference, tolerance));
+        }
+    }
+    Ok(())
 }

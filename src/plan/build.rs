@@ -363,7 +363,7 @@ fn position(window: &Window, candidate: &Candidate, ops: &BTreeSet<usize>) -> us
 ///
 /// A bias whose row view (its reshape in the block) lives on after the block is read as that
 /// view: the reshape stays Burn's op, run before the step. That is a Linear's bias the second
-/// time a model runs it, when `runtime::bias` keeps the view for the forwards after.
+/// time a model runs it, when `backend::bias` keeps the view for the forwards after.
 fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
     match cover_ops(window, candidate) {
         Err(Reason::KeepsIntermediate) => match kept_bias_view(window, candidate) {
@@ -672,7 +672,7 @@ fn assemble(
     let mut steps = Vec::new();
     let mut guards = Vec::new();
     // An op left to Burn that reads only tensors made before the block, none of them for the
-    // last time (a row view of a parameter's bias that `runtime::bias` keeps for later
+    // last time (a row view of a parameter's bias that `backend::bias` keeps for later
     // forwards), runs first: in its place between two fused layers it would keep them from one
     // MLP-chain launch. Nothing before it can change what it reads.
     let hoisted: BTreeSet<usize> = (0..len)

@@ -1,8 +1,9 @@
 //! [`HypatiaFuser`]: feeds the window to capture → rewrite → plan and claims what it plans.
 
-use super::{HypatiaOptimization, LinearOptimization, race};
+use super::HypatiaOptimization;
 use crate::capture::{Canonical, CapturedOp, OpKind, Window};
 use crate::config::{ExecutionPolicy, HypatiaConfig, Pattern, config};
+use crate::execute::{LinearOptimization, race};
 use crate::kernel::{Epilogue, has_matrix_units};
 use crate::plan::{Claim, Plan, PlanOptions, dump, plan_window};
 use crate::stats;

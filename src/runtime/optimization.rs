@@ -1,7 +1,8 @@
 //! [`HypatiaRuntime`] and the optimization enum it runs.
 
-use super::race::{Alternative, AlternativeState};
-use super::{BurnFuser, HypatiaFuser, LinearOptimization, execute_burn};
+use super::{BurnFuser, HypatiaFuser, execute_burn};
+use crate::execute::LinearOptimization;
+use crate::execute::race::{Alternative, AlternativeState};
 use crate::plan::Plan;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;

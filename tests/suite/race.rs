@@ -1,4 +1,4 @@
-//! The race of a fused step against Burn's own fused matmul for its ops (`hypatia::runtime::race`):
+//! The race of a fused step against Burn's own fused matmul for its ops (`hypatia::execute::race`):
 //! whichever side runs, the results are Burn's, and each real shape is decided once.
 
 use super::check::{burn_tolerance, linear_relu_matches_burn};
@@ -10,7 +10,7 @@ use burn::tensor::DType;
 use burn::tensor::activation::relu;
 use burn::tensor::module::linear;
 use hypatia::config::{ExecutionPolicy, RacePolicy};
-use hypatia::runtime::race::SAMPLES;
+use hypatia::execute::race::SAMPLES;
 
 /// What a pattern's counters say: Hypatia's kernel runs, Burn's fused-matmul runs, races decided.
 fn counters(pattern: &str) -> [u64; 3] {
@@ -182,7 +182,7 @@ fn equal_steps_share_one_race() {
         .collect();
     // Every input uploaded first (an upload ends a window), then every launch queued before
     // the first read. Each step has a bias tensor of its own: a bias reused from step to step
-    // would be read through its kept row view from its third use on (`runtime::bias`), a
+    // would be read through its kept row view from its third use on (`backend::bias`), a
     // third form of step with a race of its own.
     let run = |count: usize| {
         let (_, w, _) = inputs::<Fused>(&xs[0], &w, &b);

@@ -5,7 +5,7 @@
 use super::check::linear_relu_matches_burn;
 use super::common::*;
 use hypatia::config::{SubmitPolicy, SyncPolicy};
-use hypatia::runtime::sync::SPIN_MIN_CORES;
+use hypatia::host::sync::SPIN_MIN_CORES;
 
 const THREADS: usize = 3;
 const SYNCS: usize = 4;

@@ -13,7 +13,6 @@
 //! Both need a task of Hypatia's on burn-fusion's thread: `Waiter`, a service of that
 //! thread's stage (CubeCL runs every service of a device and stage on one thread, in order).
 
-use super::HypatiaRuntime;
 use super::pace::Pace;
 use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
 use crate::config::{SubmitPolicy, SyncPolicy, config};
@@ -22,7 +21,7 @@ use burn_backend::{Backend, ExecutionError};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::fusion::FusionCubeRuntime;
 use burn_fusion::client::GlobalFusionClient;
-use burn_fusion::{Fusion, FusionBackend};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use cubecl::device::{Device, DeviceId, DeviceService, DeviceServiceStage, ServerUtilitiesHandle};
 use cubecl::device_handle::DeviceHandle;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -91,7 +90,7 @@ fn submit_mode() -> SubmitPolicy {
 ///
 /// A task on that thread cannot start them instead: the thread's services are borrowed while
 /// one runs. Other threads that queue Burn ops between 2 and 3 can still meet the race.
-pub fn start<R: CubeRuntime>(device: &R::Device) {
+pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device: &R::Device) {
     let id = device.to_id();
     let started = |waiters: &Waiters| waiters.iter().any(|(known, ..)| *known == id);
     // Every tensor-creating op comes here: a read lock and a scan, no handle cloned.
@@ -102,7 +101,7 @@ pub fn start<R: CubeRuntime>(device: &R::Device) {
     if !started(&waiters) {
         let burn = GlobalFusionClient::<FusionCubeRuntime<R>>::load(device);
         burn.sync(|| ());
-        let _ = GlobalFusionClient::<HypatiaRuntime<R>>::load(device);
+        let _ = GlobalFusionClient::<H>::load(device);
         let pace = Pace::of(id, Waiter::stage());
         waiters.push((id, DeviceHandle::<Waiter>::new(id), pace));
     }
@@ -127,7 +126,7 @@ pub fn submitted() {
 }
 
 /// `Fusion<B>::sync`: under a spinning [`SyncPolicy`], queued as a task of burn-fusion's thread
-/// with the caller spinning on its answer (up to `runtime::sync::SPIN`, then parked), instead
+/// with the caller spinning on its answer (up to `host::sync::SPIN`, then parked), instead
 /// of parking at once on burn-fusion's one-shot channel. The same drain and the same inner
 /// `sync` run, on the caller's stream.
 pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), ExecutionError> {

@@ -5,14 +5,15 @@
 //! forward, whose whole latency is a few tens of microseconds of host time, only builds the
 //! key, compares it and launches, reading its operands in place.
 
-use super::HypatiaRuntime;
-use super::linear::{compare, real_tensor, release};
+use super::context::{real_tensor, release};
 use crate::config::{ChainPolicy, ExecutionPolicy, config};
 use crate::fallback::verify::VerifyMode;
+use crate::fallback::verify::compare;
 use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
 use crate::kernel::chain::{ChainLayer, ChainLimits, ChainProblem, check_chain, launch_mlp_chain};
 use crate::kernel::{OperandRef, choose_chain, has_matrix_units};
 use crate::plan::FusedLinear;
+use crate::runtime::HypatiaRuntime;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;

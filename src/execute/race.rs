@@ -29,11 +29,11 @@
 //! 8192×4096×4096, `benches/results/nvidia-h100.md`, that made the first five batches 0.65 ms
 //! a launch instead of 0.39).
 
-use super::{HypatiaRuntime, execute_burn_at};
 use crate::config::{ExecutionPolicy, RacePolicy, config};
 use crate::fallback::run_unfused;
 use crate::kernel::Epilogue;
 use crate::plan::{FusedLinear, Plan, Step};
+use crate::runtime::{HypatiaRuntime, execute_burn_at};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
