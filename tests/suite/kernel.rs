@@ -262,17 +262,14 @@ fn engine_keys_part_problems_a_candidate_declines() {
         params: [0.0; 2],
         bias_grad: None,
     };
+    // Whatever `HYPATIA_WGMMA` says: each offer is set here.
+    let auto = ConfigGuard::set(|c| c.wgmma = WgmmaOffer::Auto);
     let contiguous = args(40, n).key();
-    assert_eq!(
-        contiguous,
-        args(33, n).key(),
-        "rows within a power of two share a key"
-    );
-    assert_ne!(
-        contiguous,
-        args(40, 128).key(),
-        "a pitched gate has a key of its own"
-    );
+    let rows = "rows within a power of two share a key";
+    assert_eq!(contiguous, args(33, n).key(), "{rows}");
+    let pitched = "a pitched gate has a key of its own";
+    assert_ne!(contiguous, args(40, 128).key(), "{pitched}");
+    drop(auto);
     let _half = ConfigGuard::set(|c| c.wgmma = WgmmaOffer::Half);
     assert_ne!(contiguous, args(40, n).key(), "so has each wgmma offer");
 }
