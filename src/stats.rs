@@ -77,13 +77,13 @@ pub struct HostStats {
     /// Claimed blocks run.
     pub executions: u64,
     /// Of those, the blocks whose launches were handed to the device thread at once
-    /// ([`FlushPolicy`](crate::kernel::FlushPolicy)).
+    /// ([`FlushPolicy`](crate::config::FlushPolicy)).
     pub flushes: u64,
     /// `sync` calls that asked the device thread for its fence without blocking, and spun on
-    /// the answer ([`SyncPolicy`](crate::kernel::SyncPolicy)).
+    /// the answer ([`SyncPolicy`](crate::config::SyncPolicy)).
     pub spin_syncs: u64,
     /// `Hypatia<B>::sync` calls whose caller spun on burn-fusion's answer instead of parking
-    /// ([`SyncPolicy`](crate::kernel::SyncPolicy), `host::submit`).
+    /// ([`SyncPolicy`](crate::config::SyncPolicy), `host::submit`).
     pub caller_spins: u64,
     /// Linear biases read through the row view made of them before, instead of a new reshape
     /// op (`Hypatia<B>::linear`, `backend::bias`).

@@ -19,8 +19,8 @@ pub(crate) type Fused<R, F, I, BT> = Fusion<HypatiaBackend<R, F, I, BT>>;
 /// tensors, same op stream, same fusers), except that under the default policies the ops are
 /// handed to burn-fusion's thread as they are recorded (so they are fused while the caller
 /// records the next ones), and `sync` spins on burn-fusion's answer before parking (see
-/// `host::submit`, [`SubmitPolicy`](crate::kernel::SubmitPolicy) and
-/// [`SyncPolicy`](crate::kernel::SyncPolicy)).
+/// `host::submit`, [`SubmitPolicy`](crate::config::SubmitPolicy) and
+/// [`SyncPolicy`](crate::config::SyncPolicy)).
 pub struct HypatiaFusion<R, F = f32, I = i32, BT = u8> {
     _types: PhantomData<(R, F, I, BT)>,
 }

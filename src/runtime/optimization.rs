@@ -44,7 +44,7 @@ pub enum HypatiaOptimization<R: CubeRuntime> {
 pub enum HypatiaOptimizationState {
     /// Burn's state.
     Burn(CubeOptimizationState),
-    /// Hypatia's plan, and Burn's alternatives of its steps (see [`super::race`]).
+    /// Hypatia's plan, and Burn's alternatives of its steps (see [`crate::execute::race`]).
     Linear(Plan, Vec<Option<AlternativeState>>),
 }
 
