@@ -386,6 +386,18 @@ mod tests {
     }
 
     #[test]
+    fn the_troubleshooting_chapter_lists_every_key_and_variable() {
+        let chapter = include_str!("../../book/src/troubleshooting.md");
+        for (name, key) in ENV {
+            let row = format!("| `{key}` | `{name}`");
+            assert!(chapter.contains(&row), "no row {row}");
+        }
+        for key in ["nodes", "iterations", "time-ms"] {
+            assert!(chapter.contains(&format!("{key} = ")), "[rewrite] {key}");
+        }
+    }
+
+    #[test]
     fn every_variable_names_a_key_of_the_file() {
         let keys = serde_json::to_value(HypatiaConfig::default()).unwrap();
         for (name, key) in ENV {
