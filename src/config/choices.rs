@@ -161,7 +161,7 @@ pub enum SubmitPolicy {
     /// as [`Eager`](Self::Eager), but the caller never waits for a busy thread to take the
     /// queue; ops recorded meanwhile go with the next flush. The caller records faster, but
     /// more is left for burn-fusion's thread at the `sync`: on the H100 a small forward took
-    /// longer than under `Eager` (`benches/results/nvidia-h100-chain.md`, fourth session).
+    /// longer than under `Eager` (`benches/results/nvidia-h100-chain.md`).
     Paced,
 }
 
