@@ -27,7 +27,6 @@ use crate::rewrite::Limits;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 /// Every setting of Hypatia, as `hypatia.toml` (kebab-case keys) and the `HYPATIA_*`
 /// variables ([`ENV`]) spell them. Missing keys take their defaults.
@@ -67,40 +66,7 @@ pub struct HypatiaConfig {
     /// for benchmarks).
     pub engine_candidate: Option<String>,
     /// Bounds on each window's equality saturation (`[rewrite]` in the file).
-    pub rewrite: RewriteLimits,
-}
-
-/// Bounds on one equality-saturation run (see [`Limits`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RewriteLimits {
-    /// Most e-nodes.
-    pub nodes: usize,
-    /// Most rule iterations.
-    pub iterations: usize,
-    /// Most wall time, milliseconds.
-    pub time_ms: u64,
-}
-
-impl Default for RewriteLimits {
-    fn default() -> Self {
-        Self {
-            nodes: 10_000,
-            iterations: 12,
-            time_ms: 50,
-        }
-    }
-}
-
-impl RewriteLimits {
-    /// As the rewrite stage takes them.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            nodes: self.nodes,
-            iterations: self.iterations,
-            time: Duration::from_millis(self.time_ms),
-        }
-    }
+    pub rewrite: Limits,
 }
 
 /// Each `HYPATIA_*` variable and the key it overrides. `HYPATIA_DISABLE` takes a
@@ -255,6 +221,7 @@ pub fn update_config(change: impl FnOnce(&mut HypatiaConfig)) -> HypatiaConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let pairs: Vec<(String, String)> = (pairs.iter())
@@ -271,10 +238,7 @@ mod tests {
         assert_eq!(config.race, RacePolicy::Auto);
         assert_eq!(config.verify, VerifyMode::Off);
         assert!(config.disable.is_empty() && config.dump.is_none());
-        assert_eq!(
-            config.rewrite.limits().iterations,
-            Limits::default().iterations
-        );
+        assert_eq!(config.rewrite.iterations, Limits::default().iterations);
         assert_eq!(HypatiaConfig::from_toml("").unwrap(), config);
     }
 
@@ -313,7 +277,7 @@ mod tests {
         assert_eq!(config.dump, Some("dumps".into()));
         assert_eq!(config.profile, Some("h100.json".into()));
         assert_eq!(config.engine_candidate.as_deref(), Some("tiled"));
-        assert_eq!(config.rewrite.limits().time, Duration::from_millis(7));
+        assert_eq!(config.rewrite.time, Duration::from_millis(7));
         // Written back, it reads the same.
         let written = toml::to_string(&config).unwrap();
         assert_eq!(HypatiaConfig::from_toml(&written).unwrap(), config);

@@ -267,11 +267,10 @@ fn plan_cached(
         }
     }
     log::trace!("hypatia: planning window {:#?}", kept.ops());
-    let limits = config.rewrite.limits();
     let planned = match &config.dump {
-        None => plan_window(kept, &limits, options),
+        None => plan_window(kept, &config.rewrite, options),
         Some(dir) => {
-            let (planned, dump) = dump::explain_window(kept, &limits, options);
+            let (planned, dump) = dump::explain_window(kept, &config.rewrite, options);
             match dump.write(dir, hash) {
                 Ok(path) => log::debug!("hypatia: dumped window to {}", path.display()),
                 Err(error) => log::warn!("hypatia: no dump written to {}: {error}", dir.display()),
