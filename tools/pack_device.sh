@@ -1,11 +1,15 @@
 #!/bin/bash
 # Builds the CUDA benchmark binaries here and packs them into .device/ for the device tool
-# (the tests: tools/cuda_suite.sh).
+# (the tests: tools/cuda_suite.sh). BINS, FEATURES and PACK choose other examples, e.g. the
+# Learner runs of tools/device_learner.sh:
+#   BINS=train_multi_gpu FEATURES=cuda,distributed PACK=learner.tgz
 set -eu
 # The test build's target directory: the two builds share every dependency.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hypatia-cuda}
-BINS="bench_linear bench_train bench_infer matmul_strategies"
-cargo build --release --features cuda $(printf -- '--example %s ' $BINS)
+BINS=${BINS:-bench_linear bench_train bench_infer matmul_strategies}
+PACK=${PACK:-bins.tgz}
+# shellcheck disable=SC2046 # one --example per binary
+cargo build --release --features "${FEATURES:-cuda}" $(printf -- '--example %s ' $BINS)
 mkdir -p .device
 for bin in $BINS; do cp "$CARGO_TARGET_DIR/release/examples/$bin" .device/; done
 # The device scripts run from tools/, which travels with the working tree.
@@ -13,6 +17,6 @@ cp ../shared/bench/torch_ref.py tools/cubecl.toml .device/
 cd .device
 strip $BINS
 # shellcheck disable=SC2086 # one word per binary
-tar czf bins.tgz $BINS
+tar czf "$PACK" $BINS
 rm -f $BINS
 ls -la

@@ -16,6 +16,8 @@
 mod activation;
 pub(crate) mod bias;
 mod bool;
+#[cfg(feature = "distributed")]
+mod distributed;
 mod float;
 mod forward;
 mod front;

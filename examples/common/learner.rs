@@ -1,0 +1,610 @@
+//! What `train_learner`, `train_multi_gpu` and the Learner test share: an MLP classifier trained
+//! the way Burn's own examples train (burn-train's `SupervisedTraining` + `Learner`, its loss
+//! and accuracy metrics, a file checkpointer, its CLI/TUI renderer), on any `AutodiffBackend`
+//! and any of burn-train's execution strategies. Nothing here names Hypatia: the examples pick
+//! `Autodiff<Hypatia<B>>` or `Autodiff<B>` by a type parameter.
+
+#![allow(dead_code)] // each example uses part of it
+
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{Linear, LinearConfig, Relu};
+use burn::optim::AdamConfig;
+use burn::prelude::*;
+use burn::record::CompactRecorder;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::logger::{FileMetricLogger, MetricLogger};
+use burn::train::metric::store::{EpochSummary, MetricsUpdate, Split};
+use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition, NumericEntry};
+use burn::train::renderer::CliMetricsRenderer;
+use burn::train::{
+    ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, LearnerSummary,
+    SupervisedTraining, TrainOutput, TrainStep,
+};
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The backends the examples train on: any `AutodiffBackend`, and with the `distributed`
+/// feature one Burn can run DDP on (`Autodiff<Hypatia<Cuda>>` is both).
+#[cfg(feature = "distributed")]
+pub trait TrainBackend:
+    AutodiffBackend + burn::tensor::backend::distributed::DistributedBackend
+{
+}
+#[cfg(feature = "distributed")]
+impl<B: AutodiffBackend + burn::tensor::backend::distributed::DistributedBackend> TrainBackend
+    for B
+{
+}
+/// The backends the examples train on: any `AutodiffBackend`.
+#[cfg(not(feature = "distributed"))]
+pub trait TrainBackend: AutodiffBackend {}
+#[cfg(not(feature = "distributed"))]
+impl<B: AutodiffBackend> TrainBackend for B {}
+
+/// Linear + ReLU for each hidden width, then a Linear to the class logits.
+#[derive(Module, Debug)]
+pub struct Classifier<B: Backend> {
+    hidden: Vec<Linear<B>>,
+    output: Linear<B>,
+    act: Relu,
+}
+
+impl<B: Backend> Classifier<B> {
+    /// `features → hidden[0] → … → classes`.
+    pub fn new(features: usize, hidden: &[usize], classes: usize, device: &B::Device) -> Self {
+        let mut width = features;
+        let hidden = hidden
+            .iter()
+            .map(|&next| {
+                let layer = LinearConfig::new(width, next).init(device);
+                width = next;
+                layer
+            })
+            .collect();
+        Self {
+            hidden,
+            output: LinearConfig::new(width, classes).init(device),
+            act: Relu::new(),
+        }
+    }
+
+    /// Logits `[batch, classes]`.
+    pub fn forward(&self, mut x: Tensor<B, 2>) -> Tensor<B, 2> {
+        for layer in &self.hidden {
+            x = self.act.forward(layer.forward(x));
+        }
+        self.output.forward(x)
+    }
+
+    fn classify(&self, batch: Batch<B>) -> ClassificationOutput<B> {
+        let logits = self.forward(batch.inputs);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.clone(), batch.targets.clone());
+        ClassificationOutput::new(loss, logits, batch.targets)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for Classifier<B> {
+    type Input = Batch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: Batch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        let item = self.classify(batch);
+        TrainOutput::new(self, item.loss.backward(), item)
+    }
+}
+
+impl<B: Backend> InferenceStep for Classifier<B> {
+    type Input = Batch<B>;
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, batch: Batch<B>) -> ClassificationOutput<B> {
+        self.classify(batch)
+    }
+}
+
+/// One example: its features (empty for [`Data::Synthetic`], whose features the batcher makes
+/// on the device) and its class.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    features: Vec<f32>,
+    label: usize,
+}
+
+/// A batch on a device.
+#[derive(Clone, Debug)]
+pub struct Batch<B: Backend> {
+    inputs: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+}
+
+/// What to train on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Data {
+    /// The UCI handwritten digits (8×8 pixels, 10 classes; `examples/data/README.md`):
+    /// 1437 training and 360 validation images.
+    Digits,
+    /// A synthetic task sized for a GPU-bound step: class `c`'s features are
+    /// `sin(c·ωⱼ + φⱼ)` plus Gaussian noise, made on the device by the batcher, so the host
+    /// uploads only the labels.
+    Synthetic {
+        /// Input features.
+        features: usize,
+        /// Classes.
+        classes: usize,
+        /// Training samples per epoch.
+        samples: usize,
+    },
+}
+
+impl Data {
+    /// `(features, classes)`.
+    pub fn dims(&self) -> (usize, usize) {
+        match *self {
+            Data::Digits => (64, 10),
+            Data::Synthetic {
+                features, classes, ..
+            } => (features, classes),
+        }
+    }
+
+    /// `(training, validation)` samples.
+    pub fn split(&self) -> (Vec<Sample>, Vec<Sample>) {
+        match *self {
+            Data::Digits => {
+                let all = digits();
+                // Every fifth image validates: both splits hold every class and writer.
+                let (valid, train): (Vec<_>, Vec<_>) =
+                    all.into_iter().enumerate().partition(|(i, _)| i % 5 == 4);
+                let strip = |v: Vec<(usize, Sample)>| v.into_iter().map(|(_, s)| s).collect();
+                (strip(train), strip(valid))
+            }
+            Data::Synthetic {
+                classes, samples, ..
+            } => {
+                let labels = |n: usize, offset: usize| {
+                    (0..n)
+                        .map(|i| Sample {
+                            features: Vec::new(),
+                            label: (i * 7919 + offset) % classes,
+                        })
+                        .collect::<Vec<_>>()
+                };
+                (labels(samples, 0), labels((samples / 8).max(1), 13))
+            }
+        }
+    }
+}
+
+/// The digits as shipped (scikit-learn's copy of the UCI test set): 1797 rows of 64 pixels
+/// (0..16) and the digit.
+fn digits() -> Vec<Sample> {
+    let gz: &[u8] = include_bytes!("../data/digits.csv.gz");
+    let mut csv = String::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_string(&mut csv)
+        .expect("examples/data/digits.csv.gz is a gzip'd CSV");
+    csv.lines()
+        .map(|line| {
+            let values: Vec<f32> = line.split(',').map(|v| v.parse().unwrap()).collect();
+            let (pixels, label) = values.split_at(64);
+            Sample {
+                features: pixels.iter().map(|p| p / 16.0).collect(),
+                label: label[0] as usize,
+            }
+        })
+        .collect()
+}
+
+/// Makes a [`Batch`] on the device the loader asks for.
+#[derive(Clone, Debug)]
+pub struct ClassBatcher {
+    data: Data,
+}
+
+impl<B: Backend> Batcher<B, Sample, Batch<B>> for ClassBatcher {
+    fn batch(&self, items: Vec<Sample>, device: &B::Device) -> Batch<B> {
+        let n = items.len();
+        let labels: Vec<i64> = items.iter().map(|s| s.label as i64).collect();
+        let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(labels, [n]), device);
+        let inputs = match self.data {
+            Data::Digits => {
+                let flat: Vec<f32> = items.into_iter().flat_map(|s| s.features).collect();
+                let data = TensorData::new(flat, [n, 64]).convert::<B::FloatElem>();
+                Tensor::from_data(data, device)
+            }
+            Data::Synthetic { features, .. } => {
+                let class = targets.clone().float().reshape([n, 1]);
+                let j = Tensor::<B, 1, Int>::arange(0..features as i64, device)
+                    .float()
+                    .reshape([1, features]);
+                let pattern = (class * (j.clone() * 0.37 + 0.1) + j * 1.3).sin();
+                let noise = Tensor::random(
+                    [n, features],
+                    burn::tensor::Distribution::Normal(0.0, 0.3),
+                    device,
+                );
+                pattern + noise
+            }
+        };
+        Batch { inputs, targets }
+    }
+}
+
+/// How a run trains.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// What to train on.
+    pub data: Data,
+    /// Hidden widths.
+    pub hidden: Vec<usize>,
+    /// Epochs.
+    pub epochs: usize,
+    /// Samples per batch, on each device.
+    pub batch_size: usize,
+    /// Adam's learning rate.
+    pub learning_rate: f64,
+    /// Seed of the weights and of the shuffling.
+    pub seed: u64,
+    /// Data loader threads.
+    pub workers: usize,
+    /// Checkpoints, metric logs and the experiment log.
+    pub artifact_dir: PathBuf,
+    /// burn-train's CLI renderer instead of its default (the TUI on a terminal).
+    pub cli: bool,
+    /// Save model, optimizer and scheduler after each epoch (burn-train's file checkpointer).
+    pub checkpoint: bool,
+}
+
+/// What a run reports: burn-train's per-epoch means, and its training throughput.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Mean training loss of each epoch.
+    pub train_loss: Vec<f64>,
+    /// Mean validation loss of each epoch.
+    pub valid_loss: Vec<f64>,
+    /// Validation accuracy (%) of each epoch.
+    pub valid_accuracy: Vec<f64>,
+    /// Training samples per second of each epoch (all devices), between its first and its
+    /// last logged step.
+    pub samples_per_second: Vec<f64>,
+    /// Wall time of `launch`, seconds.
+    pub seconds: f64,
+}
+
+/// Records when each training step's metrics reach burn-train's event store.
+#[derive(Clone, Default)]
+struct StepClock {
+    /// Per epoch: first and last arrival, and steps.
+    epochs: Arc<Mutex<Vec<(Instant, Instant, usize)>>>,
+}
+
+impl MetricLogger for StepClock {
+    fn log(&mut self, _update: MetricsUpdate, epoch: usize, split: &Split) {
+        if *split != Split::Train {
+            return;
+        }
+        let now = Instant::now();
+        let mut epochs = self.epochs.lock().unwrap();
+        while epochs.len() < epoch {
+            epochs.push((now, now, 0));
+        }
+        let entry = &mut epochs[epoch - 1];
+        entry.1 = now;
+        entry.2 += 1;
+    }
+
+    fn read_numeric(&mut self, _: &str, _: usize, _: &Split) -> Result<Vec<NumericEntry>, String> {
+        Ok(Vec::new())
+    }
+
+    fn log_metric_definition(&mut self, _: MetricDefinition) {}
+
+    fn log_epoch_summary(&mut self, _: EpochSummary) {}
+}
+
+/// Trains a [`Classifier`] with burn-train on `strategy` (its first device holds the model).
+pub fn train<B: TrainBackend>(
+    config: &RunConfig,
+    device: &B::Device,
+    strategy: ExecutionStrategy<B>,
+) -> Report {
+    std::fs::remove_dir_all(&config.artifact_dir).ok();
+    std::fs::create_dir_all(&config.artifact_dir).expect("the artifact dir can be made");
+    B::seed(device, config.seed);
+    let (features, classes) = config.data.dims();
+    let (train, valid) = config.data.split();
+    let batcher = ClassBatcher { data: config.data };
+    let loader_train = DataLoaderBuilder::new(batcher.clone())
+        .batch_size(config.batch_size)
+        .shuffle(config.seed)
+        .num_workers(config.workers)
+        .build(InMemDataset::new(train));
+    let loader_valid = DataLoaderBuilder::new(batcher)
+        .batch_size(config.batch_size)
+        .num_workers(config.workers)
+        .build(InMemDataset::new(valid));
+
+    let clock = StepClock::default();
+    let mut training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
+        .metrics((AccuracyMetric::new(), LossMetric::new()))
+        .with_metric_logger(FileMetricLogger::new(&config.artifact_dir))
+        .with_metric_logger(clock.clone())
+        .with_training_strategy(strategy.into())
+        .num_epochs(config.epochs)
+        .summary();
+    if config.cli {
+        training = training.renderer(CliMetricsRenderer::new());
+    }
+    if config.checkpoint {
+        // Opt-in: Burn 0.21's fusion can lose a tensor when burn-train's checkpointer thread
+        // reads the model or optimizer while the training thread runs on ("Should have handle
+        // for tensor", tracel-ai/burn#4347), with Burn's own backends too (decision record 0002).
+        training = training.with_file_checkpointer(CompactRecorder::new());
+    }
+
+    let model = Classifier::<B>::new(features, &config.hidden, classes, device);
+    let start = Instant::now();
+    let _result = training.launch(Learner::new(
+        model,
+        AdamConfig::new().init(),
+        config.learning_rate,
+    ));
+    let seconds = start.elapsed().as_secs_f64();
+
+    let summary = LearnerSummary::new(&config.artifact_dir, &["Loss", "Accuracy"])
+        .expect("burn-train logged the run");
+    let entries = |split: &[burn::train::MetricSummary], name: &str| {
+        split
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.entries.iter().map(|e| e.value).collect())
+            .unwrap_or_default()
+    };
+    let samples_per_second = clock
+        .epochs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|&(first, last, steps)| {
+            let span = (last - first).as_secs_f64();
+            // Every strategy logs each device's step: `batch_size` samples each.
+            let samples = steps.saturating_sub(1) * config.batch_size;
+            if span > 0.0 {
+                samples as f64 / span
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Report {
+        train_loss: entries(&summary.metrics.train, "Loss"),
+        valid_loss: entries(&summary.metrics.valid, "Loss"),
+        valid_accuracy: entries(&summary.metrics.valid, "Accuracy"),
+        samples_per_second,
+        seconds,
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "epoch  train-loss  valid-loss  valid-acc%  samples/s")?;
+        for (i, loss) in self.train_loss.iter().enumerate() {
+            let at = |v: &Vec<f64>| v.get(i).copied().unwrap_or(f64::NAN);
+            writeln!(
+                f,
+                "{:>5}  {:>10.4}  {:>10.4}  {:>10.2}  {:>9.0}",
+                i + 1,
+                loss,
+                at(&self.valid_loss),
+                at(&self.valid_accuracy),
+                at(&self.samples_per_second)
+            )?;
+        }
+        write!(f, "launch took {:.2} s", self.seconds)
+    }
+}
+
+/// Which backend trains: `Autodiff<Hypatia<B>>`, or Burn's `Autodiff<B>` beside it.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// `Autodiff<Hypatia<B>>`.
+    Hypatia,
+    /// Burn's own `Autodiff<B>`.
+    Burn,
+}
+
+/// The float type the model trains in.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 (TF32 matmuls on CUDA, as Burn's).
+    F32,
+    /// bf16 (CUDA only).
+    Bf16,
+}
+
+/// burn-train's execution strategies.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// One device.
+    Single,
+    /// `ExecutionStrategy::MultiDevice`: a model replica per device, gradients moved to the
+    /// first device and added there, which steps the optimizer.
+    MultiDevice,
+    /// `ExecutionStrategy::ddp`: a replica and an optimizer per device, gradients all-reduced
+    /// (mean) by collectives (NCCL on CUDA). Needs the `distributed` feature.
+    Ddp,
+}
+
+/// The options both examples take.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Which backend trains.
+    #[arg(long, value_enum, default_value_t = Which::Hypatia)]
+    pub backend: Which,
+    /// The float type.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub dtype: Precision,
+    /// Train on the handwritten digits, or on a synthetic task of `--features` inputs and
+    /// `--classes` classes made on the device (for GPU-bound throughput).
+    #[arg(long, default_value = "digits", value_parser = ["digits", "synthetic"])]
+    pub data: String,
+    /// Synthetic inputs.
+    #[arg(long, default_value_t = 1024)]
+    pub features: usize,
+    /// Synthetic classes.
+    #[arg(long, default_value_t = 1024)]
+    pub classes: usize,
+    /// Synthetic training samples per epoch.
+    #[arg(long, default_value_t = 65536)]
+    pub samples: usize,
+    /// Hidden widths, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "256,256")]
+    pub hidden: Vec<usize>,
+    /// Epochs.
+    #[arg(long, default_value_t = 8)]
+    pub epochs: usize,
+    /// Samples per batch on each device.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: usize,
+    /// Adam's learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Seed of the weights and the shuffling.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Data loader threads.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Checkpoints and metric logs (default: target/learner-example/<backend>).
+    #[arg(long)]
+    pub artifact_dir: Option<PathBuf>,
+    /// burn-train's CLI renderer even on a terminal (default: its TUI there).
+    #[arg(long)]
+    pub cli: bool,
+    /// Save the model, optimizer and scheduler after each epoch with burn-train's file
+    /// checkpointer (see the book's Learner chapter for Burn 0.21's fault with it).
+    #[arg(long)]
+    pub checkpoint: bool,
+}
+
+impl RunArgs {
+    /// The run these options describe.
+    pub fn config(&self) -> RunConfig {
+        let data = match self.data.as_str() {
+            "synthetic" => Data::Synthetic {
+                features: self.features,
+                classes: self.classes,
+                samples: self.samples,
+            },
+            _ => Data::Digits,
+        };
+        let name = format!("{:?}", self.backend).to_lowercase();
+        RunConfig {
+            data,
+            hidden: self.hidden.clone(),
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            learning_rate: self.lr,
+            seed: self.seed,
+            workers: self.workers,
+            artifact_dir: (self.artifact_dir.clone())
+                .unwrap_or_else(|| PathBuf::from("target/learner-example").join(name)),
+            cli: self.cli,
+            checkpoint: self.checkpoint,
+        }
+    }
+}
+
+/// Burn's backend for float type `F`: `Cuda<F>` with the `cuda` feature, else `Wgpu<F>`.
+#[cfg(feature = "cuda")]
+pub type Inner<F> = burn::backend::Cuda<F>;
+/// Burn's backend for float type `F`: `Cuda<F>` with the `cuda` feature, else `Wgpu<F>`.
+#[cfg(not(feature = "cuda"))]
+pub type Inner<F> = burn::backend::Wgpu<F>;
+/// The device type of every backend here.
+pub type Device = burn::tensor::Device<Inner<f32>>;
+
+/// `n` devices: CUDA devices `0..n`; on wgpu the default adapter and then the CPU adapter
+/// (two devices of their own even where both are lavapipe, as on CI).
+pub fn devices(n: usize) -> Vec<Device> {
+    #[cfg(feature = "cuda")]
+    let all: Vec<Device> = (0..n).map(burn::backend::cuda::CudaDevice::new).collect();
+    #[cfg(not(feature = "cuda"))]
+    let all: Vec<Device> = [
+        burn::backend::wgpu::WgpuDevice::DefaultDevice,
+        burn::backend::wgpu::WgpuDevice::Cpu,
+    ]
+    .into_iter()
+    .take(n)
+    .collect();
+    assert_eq!(all.len(), n, "this build has at most {} devices", all.len());
+    all
+}
+
+/// burn-train's strategy over `devices`.
+pub fn strategy<B: TrainBackend>(kind: Strategy, devices: Vec<B::Device>) -> ExecutionStrategy<B> {
+    use burn::train::MultiDeviceOptim;
+    match kind {
+        Strategy::Single => ExecutionStrategy::single(devices[0].clone()),
+        Strategy::MultiDevice => {
+            ExecutionStrategy::multi(devices, MultiDeviceOptim::OptimMainDevice)
+        }
+        #[cfg(feature = "distributed")]
+        Strategy::Ddp => {
+            use burn::tensor::backend::distributed::{DistributedConfig, ReduceOperation};
+            let config = DistributedConfig {
+                all_reduce_op: ReduceOperation::Mean,
+            };
+            ExecutionStrategy::ddp(devices, config)
+        }
+        #[cfg(not(feature = "distributed"))]
+        Strategy::Ddp => panic!("--strategy ddp needs the `distributed` feature"),
+    }
+}
+
+/// Trains on `kind` over `devices` with the backend and float type `args` name, then prints
+/// the report (and, for Hypatia, how many steps it fused).
+pub fn run(args: &RunArgs, kind: Strategy, devices: Vec<Device>) -> Report {
+    use burn::backend::Autodiff;
+    let config = args.config();
+    fn go<B: TrainBackend<Device = Device>>(
+        config: &RunConfig,
+        kind: Strategy,
+        devices: Vec<Device>,
+    ) -> Report {
+        let main = devices[0].clone();
+        train::<B>(config, &main, strategy::<B>(kind, devices))
+    }
+    let report = match (args.backend, args.dtype) {
+        (Which::Hypatia, Precision::F32) => {
+            go::<Autodiff<hypatia::Hypatia<Inner<f32>>>>(&config, kind, devices.clone())
+        }
+        (Which::Burn, Precision::F32) => go::<Autodiff<Inner<f32>>>(&config, kind, devices.clone()),
+        #[cfg(feature = "cuda")]
+        (Which::Hypatia, Precision::Bf16) => {
+            go::<Autodiff<hypatia::Hypatia<Inner<half::bf16>>>>(&config, kind, devices.clone())
+        }
+        #[cfg(feature = "cuda")]
+        (Which::Burn, Precision::Bf16) => {
+            go::<Autodiff<Inner<half::bf16>>>(&config, kind, devices.clone())
+        }
+        #[cfg(not(feature = "cuda"))]
+        (_, Precision::Bf16) => panic!("--dtype bf16 needs the `cuda` feature"),
+    };
+    println!("{report}");
+    if args.backend == Which::Hypatia {
+        for device in &devices {
+            let stats = hypatia::stats(device);
+            let fused: u64 = stats.patterns.keys().map(|p| stats.executed(p)).sum();
+            println!("hypatia on {device:?}: {fused} fused steps");
+        }
+    }
+    report
+}

@@ -1,0 +1,113 @@
+//! burn-train's Learner on `Autodiff<Hypatia<Wgpu>>` against `Autodiff<Wgpu>`: the
+//! `train_learner` example's code, on the handwritten digits (lavapipe in CI).
+
+#[path = "../examples/common/learner.rs"]
+mod learner;
+
+use learner::{Precision, RunArgs, Strategy, Which};
+
+fn args(backend: Which, dir: &str) -> RunArgs {
+    RunArgs {
+        backend,
+        dtype: Precision::F32,
+        data: "digits".into(),
+        features: 0,
+        classes: 0,
+        samples: 0,
+        hidden: vec![256, 256],
+        epochs: 3,
+        batch_size: 64,
+        lr: 1e-3,
+        seed: 42,
+        // One loader thread: the batches' order is then the same on both backends.
+        workers: 1,
+        artifact_dir: Some(std::env::temp_dir().join(dir)),
+        cli: true,
+        checkpoint: false,
+    }
+}
+
+/// Same seed, same batches: the per-epoch mean losses agree within 5%. Run to run, one backend
+/// varies by up to 0.5% (f32 sums in another order), Hypatia against Burn by under 1% (lavapipe,
+/// measured); a fused step that is wrong moves them by far more, and the loss must also fall.
+#[test]
+fn learner_trains_on_hypatia_as_on_burn() {
+    let device = learner::devices(1);
+    let hypatia = learner::run(
+        &args(Which::Hypatia, "hypatia-learner-h"),
+        Strategy::Single,
+        device.clone(),
+    );
+    let burn = learner::run(
+        &args(Which::Burn, "hypatia-learner-b"),
+        Strategy::Single,
+        device.clone(),
+    );
+    let fused: u64 = {
+        let stats = hypatia::stats(&device[0]);
+        stats.patterns.keys().map(|p| stats.executed(p)).sum()
+    };
+    assert!(fused > 0, "Hypatia fused no step of the Learner's training");
+    for report in [&hypatia, &burn] {
+        assert_eq!(report.train_loss.len(), 3, "{report}");
+        assert_eq!(report.valid_accuracy.len(), 3, "{report}");
+        assert!(
+            report.train_loss[2] < 0.6 * report.train_loss[0],
+            "{report}"
+        );
+        assert!(report.valid_accuracy[2] > 80.0, "{report}");
+    }
+    for (epoch, (h, b)) in hypatia.train_loss.iter().zip(&burn.train_loss).enumerate() {
+        let relative = (h - b).abs() / b.abs();
+        assert!(
+            relative < 0.05,
+            "epoch {}: Hypatia's loss {h} against Burn's {b}\nHypatia:\n{hypatia}\nBurn:\n{burn}",
+            epoch + 1
+        );
+    }
+}
+
+/// With the `distributed` feature, Burn's collectives reach the op stream as
+/// `OperationIr::Distributed`: an op Hypatia never claims (its window closes on it).
+#[cfg(feature = "distributed")]
+#[test]
+fn an_all_reduce_is_opaque_to_the_fuser() {
+    use burn_ir::TensorStatus;
+    use burn_ir::{AllReduceOpIr, DistributedOperationIr, OperationIr, TensorId, TensorIr};
+    use hypatia::capture::{CapturedOp, OpKind};
+    let tensor = |id, status| TensorIr {
+        id: TensorId::new(id),
+        shape: vec![4, 3].into(),
+        status,
+        dtype: burn::tensor::DType::F32,
+    };
+    let op = OperationIr::Distributed(DistributedOperationIr::AllReduce(AllReduceOpIr {
+        tensor: tensor(0, TensorStatus::ReadWrite),
+        out: tensor(1, TensorStatus::NotInit),
+    }));
+    let captured = CapturedOp::new(&op);
+    assert_eq!(captured.kind, OpKind::Opaque);
+    assert!(!captured.kind.is_pattern_kind());
+}
+
+/// With the `distributed` feature on, `Autodiff<Hypatia<B>>` is still an `AutodiffBackend`,
+/// and one Burn's DDP accepts.
+#[cfg(feature = "distributed")]
+#[test]
+fn autodiff_hypatia_is_a_distributed_autodiff_backend() {
+    fn ddp_ready<
+        B: burn::tensor::backend::AutodiffBackend
+            + burn::tensor::backend::distributed::DistributedBackend,
+    >() {
+    }
+    ddp_ready::<burn::backend::Autodiff<hypatia::Hypatia<burn::backend::Wgpu>>>();
+    let devices = learner::devices(1);
+    let _ = burn::train::ExecutionStrategy::<
+        burn::backend::Autodiff<hypatia::Hypatia<burn::backend::Wgpu>>,
+    >::ddp(
+        devices,
+        burn::tensor::backend::distributed::DistributedConfig {
+            all_reduce_op: burn::tensor::backend::distributed::ReduceOperation::Mean,
+        },
+    );
+}
