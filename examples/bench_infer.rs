@@ -170,7 +170,10 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .iter()
             .map(|(name, p)| {
                 let was = (before.patterns.get(name)).map_or(0, hypatia::PatternStats::steps);
-                (name.clone(), (p.steps() - was) as f64 / args.runs as f64)
+                (
+                    name.to_string(),
+                    (p.steps() - was) as f64 / args.runs as f64,
+                )
             })
             .filter(|(_, n)| *n > 0.0)
             .collect::<Vec<_>>();

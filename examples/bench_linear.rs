@@ -228,7 +228,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
         let path = [
             (
                 "tiled",
-                count(&after, |p| p.executed) - count(&before, |p| p.executed),
+                count(&after, |p| p.tiled) - count(&before, |p| p.tiled),
             ),
             (
                 "tensor-core",

@@ -20,6 +20,7 @@ use burn::prelude::*;
 use burn::tensor::Element;
 use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
+use hypatia::FusedPattern;
 use hypatia::config::{FlushPolicy, RacePolicy, update_config};
 use std::time::Instant;
 
@@ -189,11 +190,15 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .map(|d| d.parse().expect("batch:d_in:hidden:d_out"))
             .collect();
         let spec = [spec[0], spec[1], spec[2], spec[3]];
-        let patterns = ["linear-relu", "matmul-relu-grad", "matmul"];
+        let patterns = [
+            FusedPattern::LinearRelu,
+            FusedPattern::MatmulReluGrad,
+            FusedPattern::Matmul,
+        ];
         // Per pattern: Hypatia's kernel runs, and the runs of Burn's fused matmul the race chose.
         let count = || {
             let stats = hypatia::stats(&device);
-            let burn_side = |p: &str| stats.patterns.get(p).map_or(0, |p| p.burn_fused);
+            let burn_side = |p: FusedPattern| stats.patterns.get(p).map_or(0, |p| p.burn_fused);
             patterns.map(|p| (stats.executed(p), burn_side(p)))
         };
         let mut hypatia = bench::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args.steps);

@@ -15,6 +15,7 @@
 
 use burn::prelude::*;
 use clap::Parser;
+use hypatia::FusedPattern;
 use hypatia::config::{ChainPolicy, update_config};
 use hypatia::kernel::chain::ChainLimits;
 use hypatia::kernel::{GridCost, Profile};
@@ -69,7 +70,11 @@ fn time<B: Backend>(widths: &[usize], batch: usize, chain: ChainPolicy, runs: us
     let after = hypatia::stats(&device);
     let count =
         |f: &dyn Fn(&hypatia::FusionStats) -> u64| (f(&after) - f(&before)) as f64 / runs as f64;
-    let launches = count(&|s| s.patterns.get("mlp-chain").map_or(0, |p| p.executed));
+    let launches = count(&|s| {
+        s.patterns
+            .get(FusedPattern::MlpChain)
+            .map_or(0, |p| p.tiled)
+    });
     let chained = count(&|s| s.patterns.values().map(|p| p.chained).sum());
     update_config(|c| c.chain = ChainPolicy::Auto);
     Timing {

@@ -12,7 +12,7 @@
 //! let w = Tensor::<B, 2>::ones([4, 3], &device);
 //! let b = Tensor::<B, 1>::ones([3], &device);
 //! let y = burn::tensor::activation::relu(x.matmul(w) + b.unsqueeze()); // one fused kernel
-//! println!("{}", hypatia::stats(&device).executed("linear-relu"));
+//! println!("{}", hypatia::stats(&device).executed(hypatia::FusedPattern::LinearRelu));
 //! # let _ = (y, core::marker::PhantomData::<T>);
 //! # }
 //! ```
@@ -68,7 +68,10 @@ mod stats;
 
 pub use backend::{HypatiaBackend, HypatiaFusion};
 pub use runtime::{HypatiaFuser, HypatiaOptimization, HypatiaRuntime};
-pub use stats::{EggStats, FusionStats, HostStats, PatternStats, reset_stats, stats};
+pub use stats::{
+    EggStats, FusedPattern, FusionStats, HostStats, PatternCounters, PatternStats, reset_stats,
+    stats,
+};
 
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::{Fusion, FusionBackend};

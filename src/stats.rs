@@ -6,13 +6,96 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-/// Counters of one pattern (e.g. `linear-relu`).
+/// What a fused step is, as [`FusionStats`] counts it: `FusedPattern::LinearRelu` is shown and
+/// serialised as `linear-relu`.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum FusedPattern {
+    /// Linear + bias without activation.
+    Linear,
+    /// Linear (with or without bias) + ReLU.
+    LinearRelu,
+    /// Linear + GELU (erf).
+    LinearGelu,
+    /// Linear + GELU (tanh approximation).
+    LinearGeluTanh,
+    /// Linear + SiLU.
+    LinearSilu,
+    /// Linear + LeakyReLU.
+    LinearLeakyRelu,
+    /// Linear + clamp (ReLU6 among them).
+    LinearClamp,
+    /// A plain matmul: a weight gradient, or a Linear without bias or activation.
+    Matmul,
+    /// ReLU's backward `mask_fill(dy · Wᵀ, pre <= 0, 0)`.
+    MatmulReluGrad,
+    /// A run of layers as one MLP-chain launch (each layer also counts as `chained` in its
+    /// own pattern).
+    MlpChain,
+}
+
+impl FusedPattern {
+    /// Every pattern.
+    pub const ALL: [FusedPattern; 10] = [
+        FusedPattern::Linear,
+        FusedPattern::LinearRelu,
+        FusedPattern::LinearGelu,
+        FusedPattern::LinearGeluTanh,
+        FusedPattern::LinearSilu,
+        FusedPattern::LinearLeakyRelu,
+        FusedPattern::LinearClamp,
+        FusedPattern::Matmul,
+        FusedPattern::MatmulReluGrad,
+        FusedPattern::MlpChain,
+    ];
+
+    /// The name stats, logs and JSON use: `linear-relu`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FusedPattern::Linear => "linear",
+            FusedPattern::LinearRelu => "linear-relu",
+            FusedPattern::LinearGelu => "linear-gelu",
+            FusedPattern::LinearGeluTanh => "linear-gelu-tanh",
+            FusedPattern::LinearSilu => "linear-silu",
+            FusedPattern::LinearLeakyRelu => "linear-leaky-relu",
+            FusedPattern::LinearClamp => "linear-clamp",
+            FusedPattern::Matmul => "matmul",
+            FusedPattern::MatmulReluGrad => "matmul-relu-grad",
+            FusedPattern::MlpChain => "mlp-chain",
+        }
+    }
+}
+
+impl core::fmt::Display for FusedPattern {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Parses a pattern by its name; an unknown name is an error that lists the names.
+impl core::str::FromStr for FusedPattern {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        (FusedPattern::ALL.into_iter().find(|p| p.name() == name)).ok_or_else(|| {
+            let names: Vec<&str> = FusedPattern::ALL.iter().map(|p| p.name()).collect();
+            format!(
+                "unknown pattern `{name}`, expected one of: {}",
+                names.join(", ")
+            )
+        })
+    }
+}
+
+/// Counters of one [`FusedPattern`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PatternStats {
     /// Distinct windows in which egg found the pattern and Hypatia planned it.
     pub matched: u64,
-    /// Fused kernel launches (one tiled kernel per step).
-    pub executed: u64,
+    /// Tiled kernel launches (one per step; for [`FusedPattern::MlpChain`], chain launches).
+    pub tiled: u64,
     /// Steps run on the tensor-core engine: its autotuned fastest candidate for the whole
     /// linear (see [`crate::kernel::tensor_core`]).
     pub tensor_core: u64,
@@ -45,7 +128,7 @@ pub struct PatternStats {
 impl PatternStats {
     /// Steps run on any of Hypatia's paths: tiled, tensor-core engine, split or MLP chain.
     pub fn steps(&self) -> u64 {
-        self.executed + self.tensor_core + self.split + self.chained
+        self.tiled + self.tensor_core + self.split + self.chained
     }
 }
 
@@ -93,8 +176,8 @@ pub struct HostStats {
 /// What Hypatia did on one device since the process started (or since [`reset_stats`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FusionStats {
-    /// Per pattern name.
-    pub patterns: BTreeMap<String, PatternStats>,
+    /// Per pattern.
+    pub patterns: PatternCounters,
     /// Windows that were not claimed, by [`Reason`](crate::plan::Reason) key.
     pub declined: BTreeMap<String, u64>,
     /// The e-graph stage.
@@ -106,8 +189,59 @@ pub struct FusionStats {
 impl FusionStats {
     /// Steps of `pattern` Hypatia has run so far, on any of its paths: the tiled kernel, the
     /// tensor-core engine, a split or an MLP chain (see [`PatternStats`] for each).
-    pub fn executed(&self, pattern: &str) -> u64 {
+    pub fn executed(&self, pattern: FusedPattern) -> u64 {
         self.patterns.get(pattern).map_or(0, PatternStats::steps)
+    }
+}
+
+/// [`PatternStats`] by [`FusedPattern`], for the patterns seen so far (serialised as a map
+/// from pattern name).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct PatternCounters(BTreeMap<FusedPattern, PatternStats>);
+
+impl PatternCounters {
+    /// The counters of `pattern`, if it was seen.
+    pub fn get(&self, pattern: FusedPattern) -> Option<&PatternStats> {
+        self.0.get(&pattern)
+    }
+
+    /// The patterns seen, in [`FusedPattern`] order.
+    pub fn keys(&self) -> impl Iterator<Item = FusedPattern> + '_ {
+        self.0.keys().copied()
+    }
+
+    /// The counters of the patterns seen.
+    pub fn values(&self) -> impl Iterator<Item = &PatternStats> {
+        self.0.values()
+    }
+
+    /// Each pattern seen with its counters.
+    pub fn iter(&self) -> impl Iterator<Item = (FusedPattern, &PatternStats)> {
+        self.0.iter().map(|(p, s)| (*p, s))
+    }
+
+    fn entry(&mut self, pattern: FusedPattern) -> &mut PatternStats {
+        self.0.entry(pattern).or_default()
+    }
+}
+
+/// The counters of a pattern that was seen; panics (naming it) for one that was not.
+impl core::ops::Index<FusedPattern> for PatternCounters {
+    type Output = PatternStats;
+
+    fn index(&self, pattern: FusedPattern) -> &PatternStats {
+        self.get(pattern)
+            .unwrap_or_else(|| panic!("no `{pattern}` step was seen on this device"))
+    }
+}
+
+impl<'a> IntoIterator for &'a PatternCounters {
+    type Item = (FusedPattern, &'a PatternStats);
+    type IntoIter = Box<dyn Iterator<Item = Self::Item> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
     }
 }
 
@@ -157,8 +291,11 @@ pub(crate) fn leaked<K: PartialEq, V: Default>(registry: &Leaked<K, V>, key: K) 
     value
 }
 
-pub(crate) fn device_key<D: core::fmt::Debug>(device: &D) -> String {
-    format!("{device:?}")
+/// A device's key in the registry: its CubeCL id (`DeviceId { type_id, index_id }`), the same
+/// whichever of the device's Burn spellings the caller holds (`CudaDevice::default()` and
+/// `CudaDevice::new(0)` are one GPU).
+pub(crate) fn device_key<D: cubecl::device::Device>(device: &D) -> String {
+    format!("{:?}", device.to_id())
 }
 
 pub(crate) fn record(device: &str, update: impl FnOnce(&mut FusionStats)) {
@@ -182,14 +319,8 @@ pub(crate) fn record_egg(device: &str, elapsed: Duration, limited: bool) {
     });
 }
 
-pub(crate) fn pattern<'a>(stats: &'a mut FusionStats, name: &str) -> &'a mut PatternStats {
-    // Called on every execution: allocate the key only the first time.
-    if !stats.patterns.contains_key(name) {
-        stats
-            .patterns
-            .insert(name.to_string(), PatternStats::default());
-    }
-    stats.patterns.get_mut(name).expect("inserted above")
+pub(crate) fn pattern(stats: &mut FusionStats, pattern: FusedPattern) -> &mut PatternStats {
+    stats.patterns.entry(pattern)
 }
 
 /// What Hypatia did on `device` so far: matches, fused launches, declines and fallbacks by
@@ -203,7 +334,7 @@ pub(crate) fn pattern<'a>(stats: &'a mut FusionStats, name: &str) -> &'a mut Pat
 /// println!("{}", serde_json::to_string(&stats).unwrap());
 /// # }
 /// ```
-pub fn stats<D: core::fmt::Debug>(device: &D) -> FusionStats {
+pub fn stats<D: cubecl::device::Device>(device: &D) -> FusionStats {
     let stats = registry()
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
@@ -214,11 +345,52 @@ pub fn stats<D: core::fmt::Debug>(device: &D) -> FusionStats {
 }
 
 /// Clears the counters of `device`.
-pub fn reset_stats<D: core::fmt::Debug>(device: &D) {
+pub fn reset_stats<D: cubecl::device::Device>(device: &D) {
     let mut stats = registry()
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
     let key = device_key(device);
     stats.remove(&key);
     hot(&key).bias_views.store(0, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pattern's name is the same in `Display`, serde and `FromStr`; an unknown name fails
+    /// and lists the names.
+    #[test]
+    fn a_pattern_has_one_name() {
+        for pattern in FusedPattern::ALL {
+            let name = pattern.to_string();
+            assert_eq!(name, pattern.name());
+            assert_eq!(
+                serde_json::to_string(&pattern).unwrap(),
+                format!("\"{name}\"")
+            );
+            assert_eq!(name.parse::<FusedPattern>(), Ok(pattern));
+        }
+        let error = "linear-rleu".parse::<FusedPattern>().unwrap_err();
+        assert!(
+            error.contains("linear-relu") && error.contains("mlp-chain"),
+            "{error}"
+        );
+    }
+
+    /// Counters serialise as a map from pattern name; a pattern not seen counts 0.
+    #[test]
+    fn counters_are_keyed_by_pattern() {
+        let mut stats = FusionStats::default();
+        pattern(&mut stats, FusedPattern::LinearRelu).tiled += 2;
+        pattern(&mut stats, FusedPattern::LinearRelu).split += 1;
+        assert_eq!(stats.executed(FusedPattern::LinearRelu), 3);
+        assert_eq!(stats.executed(FusedPattern::LinearGelu), 0);
+        let json = serde_json::to_value(&stats.patterns).unwrap();
+        assert_eq!(json["linear-relu"]["tiled"], 2);
+        assert_eq!(
+            stats.patterns.keys().collect::<Vec<_>>(),
+            [FusedPattern::LinearRelu]
+        );
+    }
 }

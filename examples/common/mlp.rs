@@ -167,14 +167,7 @@ pub fn print_stats(device: &burn::tensor::Device<B>) {
     println!("\nHypatia fusion stats");
     println!(
         "{:<17} {:>8} {:>9} {:>12} {:>6} {:>11} {:>7} {:>11}  fallbacks",
-        "pattern",
-        "matched",
-        "executed",
-        "tensor-core",
-        "split",
-        "bias grads",
-        "raced",
-        "burn's side"
+        "pattern", "matched", "tiled", "tensor-core", "split", "bias grads", "raced", "burn's side"
     );
     // `raced`: real shapes timed against Burn's fused matmul; `burn's side`: steps it ran
     // because it measured faster there (or while racing).
@@ -182,7 +175,7 @@ pub fn print_stats(device: &burn::tensor::Device<B>) {
         println!(
             "{name:<17} {:>8} {:>9} {:>12} {:>6} {:>11} {:>7} {:>11}  {:?}",
             p.matched,
-            p.executed,
+            p.tiled,
             p.tensor_core,
             p.split,
             p.bias_grads,

@@ -264,7 +264,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     counters.verified += ran.verified as u64;
                     counters.bias_grads += ran.summed as u64;
                     match ran.kind {
-                        Execution::Tiled => counters.executed += 1,
+                        Execution::Tiled => counters.tiled += 1,
                         Execution::TensorCore => counters.tensor_core += 1,
                         Execution::Split => counters.split += 1,
                     }
@@ -280,9 +280,6 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         }
     }
 }
-
-/// The pattern name of MLP-chain launches in [`FusionStats`](crate::FusionStats).
-pub const CHAIN_PATTERN: &str = "mlp-chain";
 
 pub(super) fn record_fallback(device_key: &str, step: &FusedLinear, reason: &FallbackReason) {
     log::debug!(
@@ -315,7 +312,7 @@ pub(super) struct RaceRun<R: CubeRuntime> {
     key: ShapeKey,
     signature: Signature,
     turn: Turn,
-    pattern: &'static str,
+    pattern: crate::FusedPattern,
     /// The device, when the run is timed.
     client: Option<ComputeClient<R>>,
 }
@@ -456,7 +453,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     defer_error(&self.device_key, reason.to_string());
                 }
                 stats::record(&self.device_key, |s| {
-                    let chain = stats::pattern(s, CHAIN_PATTERN);
+                    let chain = stats::pattern(s, crate::FusedPattern::MlpChain);
                     *chain.fallbacks.entry(reason.key().to_string()).or_default() += 1;
                 });
                 check.broken = Some(reason);
@@ -466,8 +463,8 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         check.launched |= Execution::Tiled.bit();
         check.verified |= verified;
         stats::record(&self.device_key, |s| {
-            let chain = stats::pattern(s, CHAIN_PATTERN);
-            chain.executed += 1;
+            let chain = stats::pattern(s, crate::FusedPattern::MlpChain);
+            chain.tiled += 1;
             chain.verified += verified as u64;
             for step in &steps {
                 stats::pattern(s, step.pattern()).chained += 1;

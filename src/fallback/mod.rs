@@ -105,7 +105,7 @@ pub(crate) fn defer_error(device_key: &str, reason: String) {
 }
 
 /// The errors [`defer_error`] kept for `device`, as one [`ExecutionError`], and forgets them.
-pub(crate) fn take_deferred<D: core::fmt::Debug>(device: &D) -> Option<ExecutionError> {
+pub(crate) fn take_deferred<D: cubecl::device::Device>(device: &D) -> Option<ExecutionError> {
     if !ANY_DEFERRED.load(Ordering::Acquire) {
         return None;
     }

@@ -1,6 +1,7 @@
 //! Faults injected into fused steps, and verify mode, on the build's default device (wgpu,
 //! lavapipe without a GPU; CUDA with the `cuda` feature). Each test uses a window of its own (rank and equal dims differ), so that
 //! burn-fusion's plan store, shared by the process, hands each a fresh optimization.
+use crate::FusedPattern;
 
 use super::{Fault, VerifyMode, inject_fault};
 use crate::config::{RacePolicy, update_config};
@@ -71,14 +72,14 @@ fn fallbacks(reason: &str) -> u64 {
     let stats = crate::stats(&device());
     let pattern = stats
         .patterns
-        .get("linear-relu")
+        .get(FusedPattern::LinearRelu)
         .cloned()
         .unwrap_or_default();
     pattern.fallbacks.get(reason).copied().unwrap_or(0)
 }
 
 fn fused_runs() -> u64 {
-    crate::stats(&device()).executed("linear-relu")
+    crate::stats(&device()).executed(FusedPattern::LinearRelu)
 }
 
 #[test]
@@ -157,7 +158,11 @@ fn warn_verify_falls_back_without_an_error() {
 fn verify_accepts_the_real_kernel() {
     let _reset = Reset::new();
     let stats = || crate::stats(&device());
-    let verified = |s: crate::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.verified);
+    let verified = |s: crate::FusionStats| {
+        s.patterns
+            .get(FusedPattern::LinearRelu)
+            .map_or(0, |p| p.verified)
+    };
     let (before, runs) = (verified(stats()), fused_runs());
     update_config(|c| c.verify = VerifyMode::Strict);
     let fused = linear_relu::<Fused, 3>([4, 4, 4], 4).into_data();

@@ -100,7 +100,7 @@ impl Difference {
 )]
 pub struct Mismatch {
     /// The pattern (`linear-relu`, `matmul-relu-grad`, `matmul`).
-    pub pattern: &'static str,
+    pub pattern: crate::FusedPattern,
     /// Which output: `output` or `pre-activation`.
     pub tensor: &'static str,
     /// Left operand shape.

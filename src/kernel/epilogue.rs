@@ -1,5 +1,6 @@
 //! Epilogues: what happens to an accumulator between the last FMA and the store.
 
+use crate::FusedPattern;
 use cubecl::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -37,16 +38,16 @@ pub enum Epilogue {
 impl Epilogue {
     /// The pattern name used in stats and logs (a Linear without activation is `linear`, see
     /// [`FusedLinear::pattern`](crate::plan::FusedLinear::pattern)).
-    pub fn pattern(&self) -> &'static str {
+    pub fn pattern(&self) -> FusedPattern {
         match self {
-            Epilogue::Relu => "linear-relu",
-            Epilogue::Identity => "matmul",
-            Epilogue::ReluGrad => "matmul-relu-grad",
-            Epilogue::Gelu => "linear-gelu",
-            Epilogue::GeluTanh => "linear-gelu-tanh",
-            Epilogue::Silu => "linear-silu",
-            Epilogue::LeakyRelu => "linear-leaky-relu",
-            Epilogue::Clamp => "linear-clamp",
+            Epilogue::Relu => FusedPattern::LinearRelu,
+            Epilogue::Identity => FusedPattern::Matmul,
+            Epilogue::ReluGrad => FusedPattern::MatmulReluGrad,
+            Epilogue::Gelu => FusedPattern::LinearGelu,
+            Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
+            Epilogue::Silu => FusedPattern::LinearSilu,
+            Epilogue::LeakyRelu => FusedPattern::LinearLeakyRelu,
+            Epilogue::Clamp => FusedPattern::LinearClamp,
         }
     }
 

@@ -1,5 +1,6 @@
 //! [`Plan`], [`Step`] and [`FusedLinear`].
 
+use crate::FusedPattern;
 use crate::capture::{Canonical, CapturedOp};
 use crate::kernel::Epilogue;
 use burn_ir::{TensorId, TensorStatus};
@@ -147,9 +148,9 @@ impl ScalarGuard {
 impl FusedLinear {
     /// The pattern name used in stats and logs: the epilogue's, or `linear` for a Linear
     /// without activation.
-    pub fn pattern(&self) -> &'static str {
+    pub fn pattern(&self) -> FusedPattern {
         match (self.epilogue, &self.bias) {
-            (Epilogue::Identity, Some(_)) => "linear",
+            (Epilogue::Identity, Some(_)) => FusedPattern::Linear,
             (epilogue, _) => epilogue.pattern(),
         }
     }

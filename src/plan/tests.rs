@@ -1,4 +1,5 @@
 //! Planning hand-built windows: every form Burn 0.21 emits for Linear + relu, and near misses.
+use crate::FusedPattern;
 
 use super::{Claim, Plan, PlanOptions, Reason, Step, plan_window};
 use crate::capture::fixtures::{IrBuilder, T};
@@ -635,7 +636,7 @@ fn claims_linear_without_activation_where_plain_matmuls_are() {
     let claim = plan_window(&ir.window(&[y]), &Limits::default(), options).claim;
     let (plan, step) = single_step(claim);
     assert_eq!(step.epilogue, Epilogue::Identity);
-    assert_eq!(step.pattern(), "linear");
+    assert_eq!(step.pattern(), FusedPattern::Linear);
     assert_eq!(step.bias.map(|r| r.id), Some(id(b)));
     assert_eq!(step.out, id(y));
     assert_eq!(plan.len, 3);

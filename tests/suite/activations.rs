@@ -10,6 +10,7 @@ use super::train::grad_tolerance;
 use burn::prelude::*;
 use burn::tensor::activation;
 use burn::tensor::{DType, Element};
+use hypatia::FusedPattern;
 use hypatia::config::ExecutionPolicy;
 
 /// An activation as a Burn user writes it, and its float64 reference.
@@ -65,16 +66,16 @@ impl Act {
         }
     }
 
-    fn pattern(&self, bias: bool) -> &'static str {
+    fn pattern(&self, bias: bool) -> FusedPattern {
         match self {
-            Act::Gelu => "linear-gelu",
-            Act::GeluTanh => "linear-gelu-tanh",
-            Act::Silu => "linear-silu",
-            Act::LeakyRelu(_) => "linear-leaky-relu",
-            Act::Clamp(..) => "linear-clamp",
-            Act::Relu => "linear-relu",
-            Act::None if bias => "linear",
-            Act::None => "matmul",
+            Act::Gelu => FusedPattern::LinearGelu,
+            Act::GeluTanh => FusedPattern::LinearGeluTanh,
+            Act::Silu => FusedPattern::LinearSilu,
+            Act::LeakyRelu(_) => FusedPattern::LinearLeakyRelu,
+            Act::Clamp(..) => FusedPattern::LinearClamp,
+            Act::Relu => FusedPattern::LinearRelu,
+            Act::None if bias => FusedPattern::Linear,
+            Act::None => FusedPattern::Matmul,
         }
     }
 }
@@ -256,7 +257,9 @@ fn parameters_change_between_calls() {
     }
     let stats = hypatia::stats(&device);
     assert!(
-        stats.patterns["linear-leaky-relu"].fallbacks.is_empty(),
+        stats.patterns[FusedPattern::LinearLeakyRelu]
+            .fallbacks
+            .is_empty(),
         "{stats:?}"
     );
 }
@@ -307,14 +310,14 @@ fn a_gelu_with_another_constant_runs_as_burn() {
     let after = hypatia::stats(&device);
     let mismatches = |s: &hypatia::FusionStats| {
         s.patterns
-            .get("linear-gelu")
+            .get(FusedPattern::LinearGelu)
             .and_then(|p| p.fallbacks.get("scalar-mismatch").copied())
             .unwrap_or(0)
     };
     assert_eq!(mismatches(&after) - mismatches(&before), 1, "{after:?}");
     assert_eq!(
-        after.executed("linear-gelu"),
-        before.executed("linear-gelu")
+        after.executed(FusedPattern::LinearGelu),
+        before.executed(FusedPattern::LinearGelu)
     );
 }
 
@@ -341,13 +344,16 @@ fn linear_without_bias_then_gelu() {
     }
     let device = device();
     let x = data(41, &[2, 17, 33], 2.0);
-    let before = hypatia::stats(&device).executed("linear-gelu");
+    let before = hypatia::stats(&device).executed(FusedPattern::LinearGelu);
     let fused = layer::<Fused>(&device).forward(Tensor::<Fused, 3>::from_data(x.clone(), &device));
     let actual = activation::gelu(fused).into_data();
     let plain = layer::<Plain>(&device).forward(Tensor::<Plain, 3>::from_data(x, &device));
     let expected = activation::gelu(plain).into_data();
     assert_close(&actual, &expected, burn_tolerance(DType::F32));
-    assert_eq!(hypatia::stats(&device).executed("linear-gelu") - before, 1);
+    assert_eq!(
+        hypatia::stats(&device).executed(FusedPattern::LinearGelu) - before,
+        1
+    );
 }
 
 /// Under `Autodiff` every activation trains as on Burn: the gradients of x, w and b equal

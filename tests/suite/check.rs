@@ -7,6 +7,7 @@ use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::module::linear;
 use burn::tensor::{DType, Element};
+use hypatia::FusedPattern;
 
 /// Element-wise tolerance (relative to the largest magnitude): Burn's f32 matmul on CUDA uses
 /// TF32 tensor cores, and so may Hypatia's engine, which tunes over the same kernels; both
@@ -193,7 +194,7 @@ pub fn check_with<P: Backend, H: Backend<Device = P::Device>, const D: usize>(
 
 pub fn check<P: Backend, H: Backend<Device = P::Device>, const D: usize>(cases: &[Case]) {
     let tol = burn_tolerance(P::FloatElem::dtype());
-    check_with::<P, H, D>(cases, |s| s.executed("linear-relu"), tol);
+    check_with::<P, H, D>(cases, |s| s.executed(FusedPattern::LinearRelu), tol);
 }
 
 pub const SHAPES: &[Case] = &[

@@ -2,6 +2,7 @@
 
 use burn::prelude::*;
 use burn::tensor::DType;
+use hypatia::FusedPattern;
 
 #[cfg(not(feature = "cuda"))]
 mod backends {
@@ -120,7 +121,7 @@ pub fn poison<B: Backend>(elements: usize, device: &B::Device) {
 
 /// `linear-relu` steps Hypatia ran so far on the test device (any path).
 pub fn executed() -> u64 {
-    hypatia::stats(&device()).executed("linear-relu")
+    hypatia::stats(&device()).executed(FusedPattern::LinearRelu)
 }
 
 /// Asserts ‖a − b‖₂ / ‖b‖₂ ≤ `tol` over the finite values, and identical NaN positions.
@@ -165,8 +166,8 @@ impl Drop for ConfigGuard {
 pub fn chain_launches() -> u64 {
     hypatia::stats(&device())
         .patterns
-        .get("mlp-chain")
-        .map_or(0, |p| p.executed)
+        .get(FusedPattern::MlpChain)
+        .map_or(0, |p| p.tiled)
 }
 
 /// `path` (relative to the repository root): under the directory the crate was built in, or,

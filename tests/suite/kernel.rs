@@ -5,6 +5,7 @@
 use super::check::*;
 use super::common::*;
 use burn::tensor::DType;
+use hypatia::FusedPattern;
 
 #[test]
 fn matches_burn_f32_on_odd_and_tile_shapes() {
@@ -75,7 +76,11 @@ fn keeps_nan_and_inf_like_burn() {
 #[test]
 fn split_execution_matches_burn() {
     let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::Split);
-    let split = |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.split);
+    let split = |s: &hypatia::FusionStats| {
+        s.patterns
+            .get(FusedPattern::LinearRelu)
+            .map_or(0, |p| p.split)
+    };
     // Split runs the inner backend's matmul: its precision is Burn's.
     let tol = burn_tolerance(DType::F32);
     let cases = [
@@ -103,8 +108,11 @@ fn split_execution_matches_burn() {
 #[test]
 fn tensor_core_execution_matches_burn() {
     let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::TensorCore);
-    let engine =
-        |s: &hypatia::FusionStats| s.patterns.get("linear-relu").map_or(0, |p| p.tensor_core);
+    let engine = |s: &hypatia::FusionStats| {
+        s.patterns
+            .get(FusedPattern::LinearRelu)
+            .map_or(0, |p| p.tensor_core)
+    };
     // Without matrix units (lavapipe) the engine's autotune keeps Burn's matmul; on CUDA it
     // picks a cubek tiling on tensor cores (TF32 for f32, like Burn).
     let tol = burn_tolerance(DType::F32);
@@ -199,14 +207,14 @@ fn relu_grad_reads_a_pitched_gate() {
                 }
             };
             poison::<Fused>(1 << 16, &device);
-            let before = hypatia::stats(&device).executed("matmul-relu-grad");
+            let before = hypatia::stats(&device).executed(FusedPattern::MatmulReluGrad);
             let actual = run(true);
             let stats = hypatia::stats(&device);
             assert_eq!(
-                stats.executed("matmul-relu-grad") - before,
+                stats.executed(FusedPattern::MatmulReluGrad) - before,
                 1,
                 "{policy:?} {lead:?}: {:?}",
-                stats.patterns.get("matmul-relu-grad")
+                stats.patterns.get(FusedPattern::MatmulReluGrad)
             );
             let expected = run(false);
             let reference = TensorData::new(

@@ -4,6 +4,7 @@
 use super::common::*;
 use super::model::Mlp;
 use burn::prelude::*;
+use hypatia::FusedPattern;
 
 const SIZES: [usize; 4] = [32, 64, 48, 8];
 
@@ -112,7 +113,8 @@ fn chained_layers_equal_burn_in_one_launch() {
     let _tiled = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::Tiled);
     let chained = || {
         let stats = hypatia::stats(&device());
-        ["linear-relu", "linear"].map(|p| stats.patterns.get(p).map_or(0, |p| p.chained))
+        [FusedPattern::LinearRelu, FusedPattern::Linear]
+            .map(|p| stats.patterns.get(p).map_or(0, |p| p.chained))
     };
     let before = chained();
     check_chained([5, 32], true, 1, false);

@@ -24,6 +24,7 @@ use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn::tensor::{DType, Element};
+use hypatia::FusedPattern;
 use hypatia::config::ExecutionPolicy;
 use hypatia::fallback::verify::Difference;
 use proptest::prelude::*;
@@ -389,7 +390,7 @@ fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
 }
 
 /// Steps of `pattern` Hypatia ran so far, on any path.
-fn steps(pattern: &str) -> u64 {
+fn steps(pattern: FusedPattern) -> u64 {
     hypatia::stats(&device()).executed(pattern)
 }
 
@@ -508,7 +509,7 @@ fn run_problems(
 
 /// Under a forced execution, `pattern` must have run on Hypatia's side since `before` (its
 /// steps on every path); under `Auto` that is the device's choice (see the module docs).
-fn ran_fused(p: &Problem, pattern: &str, before: u64) -> Result<(), TestCaseError> {
+fn ran_fused(p: &Problem, pattern: FusedPattern, before: u64) -> Result<(), TestCaseError> {
     if steps(pattern) > before {
         return Ok(());
     }
@@ -538,10 +539,10 @@ where
 {
     let (dtype, s) = (F::dtype(), scale::<F>());
     run_problems(cases, dtype, |p| {
-        let before = steps("linear-relu");
+        let before = steps(FusedPattern::LinearRelu);
         let fused = at_rank!(p, forward::<H>(p, s));
         let plain = at_rank!(p, forward::<P>(p, s));
-        ran_fused(p, "linear-relu", before)?;
+        ran_fused(p, FusedPattern::LinearRelu, before)?;
         let reference = p.forward_reference(s, dtype);
         let tol = reference_tolerance(dtype, false, p.policy);
         judge(
@@ -566,10 +567,10 @@ where
 {
     let (dtype, s) = (F::dtype(), scale::<F>());
     run_problems(cases, dtype, |p| {
-        let before = steps("matmul-relu-grad");
+        let before = steps(FusedPattern::MatmulReluGrad);
         let fused = at_rank!(p, backward::<Autodiff<H>>(p, s));
         let plain = at_rank!(p, backward::<Autodiff<P>>(p, s));
-        ran_fused(p, "matmul-relu-grad", before)?;
+        ran_fused(p, FusedPattern::MatmulReluGrad, before)?;
         let reference = p.backward_reference(s, dtype);
         let tol = reference_tolerance(dtype, true, p.policy);
         let mut wrong = false;

@@ -9,11 +9,12 @@ use burn::prelude::*;
 use burn::tensor::DType;
 use burn::tensor::activation::relu;
 use burn::tensor::module::linear;
+use hypatia::FusedPattern;
 use hypatia::config::{ExecutionPolicy, RacePolicy};
 use hypatia::execute::race::SAMPLES;
 
 /// What a pattern's counters say: Hypatia's kernel runs, Burn's fused-matmul runs, races decided.
-fn counters(pattern: &str) -> [u64; 3] {
+fn counters(pattern: FusedPattern) -> [u64; 3] {
     let stats = hypatia::stats(&device());
     let p = stats.patterns.get(pattern).cloned().unwrap_or_default();
     [p.steps(), p.burn_fused, p.raced]
@@ -23,13 +24,18 @@ fn counters(pattern: &str) -> [u64; 3] {
 /// its epilogue) run on either side of a race.
 fn linear_steps() -> u64 {
     let stats = hypatia::stats(&device());
-    (["linear-relu", "linear", "matmul"].iter())
-        .filter_map(|name| stats.patterns.get(*name))
-        .map(|p| p.steps() + p.burn_fused)
-        .sum()
+    ([
+        FusedPattern::LinearRelu,
+        FusedPattern::Linear,
+        FusedPattern::Matmul,
+    ]
+    .iter())
+    .filter_map(|name| stats.patterns.get(*name))
+    .map(|p| p.steps() + p.burn_fused)
+    .sum()
 }
 
-fn delta(before: [u64; 3], pattern: &str) -> [u64; 3] {
+fn delta(before: [u64; 3], pattern: FusedPattern) -> [u64; 3] {
     let now = counters(pattern);
     [0, 1, 2].map(|i| now[i] - before[i])
 }
@@ -60,7 +66,7 @@ fn burns_side_gives_burns_results_on_every_form() {
     let (k, n) = (33, 65);
     let w = data(2, &[k, n], 0.2);
     let b = data(3, &[n], 1.0);
-    let patterns = ["linear-relu", "linear"];
+    let patterns = [FusedPattern::LinearRelu, FusedPattern::Linear];
     let before = patterns.map(counters);
     for m in [1, 17] {
         let mut x = data(1 + m as u64, &[m, k], 1.0);
@@ -118,11 +124,11 @@ fn a_race_decides_each_real_shape_once() {
     let run = |m: usize, seed: u64| linear_relu_matches_burn(&data(seed, &[m, k], 1.0), &w, &b);
     let runs = 2 + 2 * SAMPLES as usize;
     for (m, races) in [(19, 1), (23, 2)] {
-        let before = counters("linear-relu");
+        let before = counters(FusedPattern::LinearRelu);
         for seed in 0..runs + 3 {
             run(m, 100 + seed as u64);
         }
-        let [hypatia, burn, raced] = delta(before, "linear-relu");
+        let [hypatia, burn, raced] = delta(before, FusedPattern::LinearRelu);
         assert_eq!(raced, 1, "batch {m} decided once ({races} shapes so far)");
         assert_eq!(
             hypatia + burn,
@@ -146,11 +152,11 @@ fn the_default_policy_races_on_every_device() {
     let w = data(30, &[k, n], 0.2);
     let b = data(31, &[n], 1.0);
     let runs = 2 + 2 * SAMPLES as usize + 2;
-    let before = counters("linear-relu");
+    let before = counters(FusedPattern::LinearRelu);
     for seed in 0..runs {
         linear_relu_matches_burn(&data(40 + seed as u64, &[m, k], 1.0), &w, &b);
     }
-    let [hypatia, burn, raced] = delta(before, "linear-relu");
+    let [hypatia, burn, raced] = delta(before, FusedPattern::LinearRelu);
     assert_eq!(raced, 1, "the shape was raced and decided once");
     assert_eq!(hypatia + burn, runs as u64, "one side ran each execution");
     assert!(burn >= 1, "Burn's side ran at least its warm-up: {burn}");
@@ -199,9 +205,9 @@ fn equal_steps_share_one_race() {
             assert_close(&f.into_data(), p, burn_tolerance(DType::F32));
         }
     };
-    let (before, steps) = (counters("linear-relu"), linear_steps());
+    let (before, steps) = (counters(FusedPattern::LinearRelu), linear_steps());
     run(launches);
-    let [hypatia, burn, raced] = delta(before, "linear-relu");
+    let [hypatia, burn, raced] = delta(before, FusedPattern::LinearRelu);
     assert_eq!(
         raced, 2,
         "one race per form for {launches} steps of two forms"
@@ -220,7 +226,7 @@ fn equal_steps_share_one_race() {
         "both sides ran their turns: {hypatia} {burn}"
     );
     // The next batch finds both races decided: none of its steps counts towards a race.
-    let racing = || hypatia::stats(&device).patterns["linear-relu"].racing;
+    let racing = || hypatia::stats(&device).patterns[FusedPattern::LinearRelu].racing;
     let before = racing();
     run(6);
     assert_eq!(racing(), before, "a decided race runs its winner untimed");
@@ -246,7 +252,8 @@ fn inputs<B: Backend>(
 fn raced_backward_matches_burn() {
     for policy in [RacePolicy::Always, RacePolicy::Burn] {
         let _race = ConfigGuard::set(|c| c.race = policy);
-        let before = counters("linear-relu")[1] + counters("matmul-relu-grad")[1];
+        let before =
+            counters(FusedPattern::LinearRelu)[1] + counters(FusedPattern::MatmulReluGrad)[1];
         for step in 0..2 + 2 * SAMPLES as u64 + 1 {
             let x = data(30 + step, &[17, 33], 1.0);
             let w = data(31, &[33, 65], 0.2);
@@ -257,7 +264,8 @@ fn raced_backward_matches_burn() {
                 assert_close(f, p, grad_tolerance().max(1e-4));
             }
         }
-        let after = counters("linear-relu")[1] + counters("matmul-relu-grad")[1];
+        let after =
+            counters(FusedPattern::LinearRelu)[1] + counters(FusedPattern::MatmulReluGrad)[1];
         assert!(after > before, "{policy:?}: Burn's side ran some steps");
     }
 }
@@ -270,7 +278,7 @@ fn raced_backward_matches_burn() {
 fn burns_side_runs_every_backward_step() {
     let _race = ConfigGuard::set(|c| c.race = RacePolicy::Burn);
     let _policy = ConfigGuard::set(|c| c.execution = ExecutionPolicy::Tiled);
-    let patterns = ["matmul-relu-grad", "matmul"];
+    let patterns = [FusedPattern::MatmulReluGrad, FusedPattern::Matmul];
     let before = patterns.map(counters);
     let widths = [33, 65, 17, 9];
     for batch in [1, 17] {

@@ -10,6 +10,7 @@ use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use hypatia::FusedPattern;
 use hypatia::config::{ExecutionPolicy, FlushPolicy};
 
 /// Every parameter of `model`, in layer order.
@@ -57,12 +58,12 @@ pub(super) fn gradients<B: AutodiffBackend, const D: usize>(
     all
 }
 
-fn pattern_count(pattern: &str) -> u64 {
+fn pattern_count(pattern: FusedPattern) -> u64 {
     hypatia::stats(&device()).executed(pattern)
 }
 
 /// Bias gradients produced by `pattern`'s steps so far.
-fn bias_grad_count(pattern: &str) -> u64 {
+fn bias_grad_count(pattern: FusedPattern) -> u64 {
     let stats = hypatia::stats(&device());
     stats.patterns.get(pattern).map_or(0, |p| p.bias_grads)
 }
@@ -82,9 +83,12 @@ struct Backward {
 /// Burn's, NaN for NaN.
 fn check_backward(policy: ExecutionPolicy) -> Backward {
     let _policy = ConfigGuard::set(|c| c.execution = policy);
-    let (grad_before, matmul_before) = (pattern_count("matmul-relu-grad"), pattern_count("matmul"));
-    let bias_before = bias_grad_count("matmul-relu-grad");
-    let plain_bias_before = bias_grad_count("matmul");
+    let (grad_before, matmul_before) = (
+        pattern_count(FusedPattern::MatmulReluGrad),
+        pattern_count(FusedPattern::Matmul),
+    );
+    let bias_before = bias_grad_count(FusedPattern::MatmulReluGrad);
+    let plain_bias_before = bias_grad_count(FusedPattern::Matmul);
     let tol = grad_tolerance();
     let widths = [33, 65, 17, 9];
     for (batch, specials) in [(17, false), (1, false), (65, true)] {
@@ -119,10 +123,10 @@ fn check_backward(policy: ExecutionPolicy) -> Backward {
         assert_close(f, p, tol);
     }
     Backward {
-        gated: pattern_count("matmul-relu-grad") - grad_before,
-        plain: pattern_count("matmul") - matmul_before,
-        bias_grads: bias_grad_count("matmul-relu-grad") - bias_before,
-        plain_bias_grads: bias_grad_count("matmul") - plain_bias_before,
+        gated: pattern_count(FusedPattern::MatmulReluGrad) - grad_before,
+        plain: pattern_count(FusedPattern::Matmul) - matmul_before,
+        bias_grads: bias_grad_count(FusedPattern::MatmulReluGrad) - bias_before,
+        plain_bias_grads: bias_grad_count(FusedPattern::Matmul) - plain_bias_before,
     }
 }
 
@@ -221,7 +225,10 @@ fn verify_mode_checks_a_bias_gradient_summed_from_dy() {
     });
     let verified = || {
         let stats = hypatia::stats(&device());
-        stats.patterns.get("matmul").map_or(0, |p| p.verified)
+        stats
+            .patterns
+            .get(FusedPattern::Matmul)
+            .map_or(0, |p| p.verified)
     };
     let before = verified();
     // Widths of their own, so that the steps are new to the plan store and verified here.
@@ -300,10 +307,10 @@ fn train<B: AutodiffBackend>(steps: usize) -> Trained {
 
 #[test]
 fn adam_training_matches_burn() {
-    let before = pattern_count("matmul-relu-grad");
+    let before = pattern_count(FusedPattern::MatmulReluGrad);
     let fused = train::<Autodiff<Fused>>(100);
     assert!(
-        pattern_count("matmul-relu-grad") - before >= 200,
+        pattern_count(FusedPattern::MatmulReluGrad) - before >= 200,
         "two fused relu gradients per step"
     );
     // Plans are cached: once every distinct window has been seen, steps replay them. (Steps
