@@ -9,12 +9,15 @@
 # and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the synthetic set
 # holds STEPS × 8192 samples whatever the batch), RUN_TIMEOUT (300 s). Each run's output goes
 # to $OUT/RUN.txt; a table of the last epoch's samples/s and every epoch's train loss is
-# printed last.
+# printed last. NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for
+# runs side by side on other GPUs (CUDA_VISIBLE_DEVICES) after one setup.
 set -u
 ROOT=$(pwd)
-tar xzf .device/learner.tgz -C .device
-bash tools/device_cache.sh restore
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+if [ -z "${NO_SETUP:-}" ]; then
+  tar xzf .device/learner.tgz -C .device
+  bash tools/device_cache.sh restore
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+fi
 # cudarc loads NCCL at run time: PyTorch's wheel carries it. NVLink multicast stays off.
 NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH="${NCCL_LIB:+$NCCL_LIB:}${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
@@ -37,4 +40,4 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
 done
 echo "== ${DTYPE:-bf16}, hidden ${HIDDEN:-4096}, $samples samples/epoch; last epoch's samples/s, train loss per epoch"
 printf '%s' "$table"
-cd "$ROOT" && bash tools/device_cache.sh save >/dev/null
+[ -n "${NO_SAVE:-}" ] || (cd "$ROOT" && bash tools/device_cache.sh save >/dev/null)

@@ -147,12 +147,15 @@ pub enum SyncPolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SubmitPolicy {
-    /// [`Eager`](Self::Eager) on machines of at least `host::sync::SPIN_MIN_CORES` cores,
-    /// else [`Batched`](Self::Batched) (the default).
+    /// [`Eager`](Self::Eager) on machines of at least `host::sync::SPIN_MIN_CORES` cores
+    /// while Hypatia runs on one device, else [`Batched`](Self::Batched) (the default; decision
+    /// record 0003).
     #[default]
     Auto,
     /// After each op, so burn-fusion's thread fuses the ops while the caller records the next
-    /// ones, instead of all of them once the caller syncs.
+    /// ones, instead of all of them once the caller syncs. With several devices, a flush can
+    /// leave a device's queue full while its thread waits in a collective, and DDP then hangs
+    /// (decision record 0003).
     Eager,
     /// Ops wait in burn-fusion's queue until it fills (32 tasks) or the caller syncs or reads,
     /// as under Burn's `Fusion`.

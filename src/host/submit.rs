@@ -53,15 +53,18 @@ fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
     (waiters.iter().find(|(id, ..)| *id == device)).map(|(_, handle, _)| handle.clone())
 }
 
-/// The policy [`SubmitPolicy::Auto`] stands for here.
-fn submit_mode() -> SubmitPolicy {
+/// The policy [`SubmitPolicy::Auto`] stands for here, with Hypatia started on `devices`
+/// devices.
+fn submit_mode(devices: usize) -> SubmitPolicy {
     static CORES: OnceLock<bool> = OnceLock::new();
     match config().submit {
         SubmitPolicy::Auto => {
             let cores = *CORES.get_or_init(|| {
                 std::thread::available_parallelism().map_or(1, usize::from) >= SPIN_MIN_CORES
             });
-            if cores {
+            // Several devices: burn-train's DDP hung under eager flushes and ran batched
+            // (decision record 0003).
+            if cores && devices <= 1 {
                 SubmitPolicy::Eager
             } else {
                 SubmitPolicy::Batched
@@ -111,11 +114,11 @@ pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device:
 /// flushes burn-fusion's queue of each device with a `Waiter` (each device Hypatia has tensors
 /// on), without waiting; paced, only where that thread has run the earlier flushes.
 pub fn submitted() {
-    let paced = match submit_mode() {
+    let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
+    let paced = match submit_mode(waiters.len()) {
         SubmitPolicy::Batched => return,
         mode => mode == SubmitPolicy::Paced,
     };
-    let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
     for (_, handle, pace) in waiters.iter() {
         if paced {
             pace.flush_if_idle(handle);
@@ -151,4 +154,21 @@ pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), Execution
             reason: "burn-fusion's thread dropped Hypatia's sync request".into(),
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under the default policy, Hypatia on several devices hands ops over batched (decision
+    /// record 0003); an explicit policy is kept.
+    #[test]
+    fn auto_submits_batched_on_several_devices() {
+        if config().submit == SubmitPolicy::Auto {
+            assert_eq!(submit_mode(2), SubmitPolicy::Batched);
+            assert_eq!(submit_mode(4), SubmitPolicy::Batched);
+        } else {
+            assert_eq!(submit_mode(2), config().submit);
+        }
+    }
 }
