@@ -120,6 +120,8 @@ mod book {
     struct Activations;
     #[doc = include_str!("../book/src/training.md")]
     struct Training;
+    #[doc = include_str!("../book/src/learner.md")]
+    struct Learner;
     #[doc = include_str!("../book/src/writing-rules.md")]
     struct WritingRules;
     #[doc = include_str!("../book/src/performance.md")]
@@ -130,4 +132,8 @@ mod book {
     struct Decisions;
     #[doc = include_str!("../book/src/decisions/0001-tf32.md")]
     struct Decision0001;
+    #[doc = include_str!("../book/src/decisions/0002-learner-checkpointer.md")]
+    struct Decision0002;
+    #[doc = include_str!("../book/src/decisions/0003-several-devices-submit-batched.md")]
+    struct Decision0003;
 }
