@@ -24,6 +24,7 @@ use burn_fusion::client::GlobalFusionClient;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use cubecl::device::{Device, DeviceId, DeviceService, DeviceServiceStage, ServerUtilitiesHandle};
 use cubecl::device_handle::DeviceHandle;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 /// A service of no state on burn-fusion's stage of a device: its tasks run on burn-fusion's
@@ -47,6 +48,8 @@ impl DeviceService for Waiter {
 /// The started `Waiter` of each device, with the pace of burn-fusion's thread there.
 type Waiters = Vec<(DeviceId, DeviceHandle<Waiter>, &'static Pace)>;
 static WAITERS: RwLock<Waiters> = RwLock::new(Vec::new());
+/// `WAITERS.len()`, read without the lock on every op (see [`submitted`]).
+static DEVICES: AtomicUsize = AtomicUsize::new(0);
 
 fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
     let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
@@ -107,6 +110,7 @@ pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device:
         let _ = GlobalFusionClient::<H>::load(device);
         let pace = Pace::of(id, Waiter::stage());
         waiters.push((id, DeviceHandle::<Waiter>::new(id), pace));
+        DEVICES.store(waiters.len(), Ordering::Relaxed);
     }
 }
 
@@ -114,11 +118,11 @@ pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device:
 /// flushes burn-fusion's queue of each device with a `Waiter` (each device Hypatia has tensors
 /// on), without waiting; paced, only where that thread has run the earlier flushes.
 pub fn submitted() {
-    let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
-    let paced = match submit_mode(waiters.len()) {
+    let paced = match submit_mode(DEVICES.load(Ordering::Relaxed)) {
         SubmitPolicy::Batched => return,
         mode => mode == SubmitPolicy::Paced,
     };
+    let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
     for (_, handle, pace) in waiters.iter() {
         if paced {
             pace.flush_if_idle(handle);
