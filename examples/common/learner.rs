@@ -21,16 +21,17 @@ use burn::record::CompactRecorder;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::logger::{FileMetricLogger, MetricLogger};
 use burn::train::metric::store::{EpochSummary, MetricsUpdate, Split};
-use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition, NumericEntry};
+use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition, MetricId, NumericEntry};
 use burn::train::renderer::CliMetricsRenderer;
 use burn::train::{
-    ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, LearnerSummary,
-    SupervisedTraining, TrainOutput, TrainStep,
+    ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, SupervisedTraining,
+    TrainOutput, TrainStep,
 };
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// The backends the examples train on: any `AutodiffBackend`, and with the `distributed`
 /// feature one Burn can run DDP on (`Autodiff<Hypatia<Cuda>>` is both).
@@ -282,35 +283,108 @@ pub struct Report {
     pub seconds: f64,
 }
 
-/// Records when each training step's metrics reach burn-train's event store.
-#[derive(Clone, Default)]
-struct StepClock {
-    /// Per epoch: first and last arrival, and steps.
-    epochs: Arc<Mutex<Vec<(Instant, Instant, usize)>>>,
+/// What one epoch of one split logged: per metric name, the sum of its values weighted by their
+/// counts, and the count (burn-train's `Aggregate::Mean`); for training, when its steps arrived.
+#[derive(Default)]
+struct EpochLog {
+    sums: HashMap<String, (f64, usize)>,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    steps: usize,
 }
 
-impl MetricLogger for StepClock {
-    fn log(&mut self, _update: MetricsUpdate, epoch: usize, split: &Split) {
-        if *split != Split::Train {
-            return;
-        }
+impl EpochLog {
+    fn mean(&self, name: &str) -> Option<f64> {
+        self.sums
+            .get(name)
+            .filter(|(_, count)| *count > 0)
+            .map(|(sum, count)| sum / *count as f64)
+    }
+}
+
+#[derive(Default)]
+struct Logged {
+    names: HashMap<MetricId, String>,
+    train: Vec<EpochLog>,
+    valid: Vec<EpochLog>,
+    valid_epochs_ended: usize,
+}
+
+/// A metric logger that keeps each epoch's means in memory, as burn-train's event store hands
+/// them over. The run's figures come from here, not from the metric files: `launch` can return
+/// before burn-train's event-store thread has written the last epoch's files (its summary reads
+/// them as they are then), and a test that read them compared half-written epochs.
+#[derive(Clone, Default)]
+struct Recorder {
+    logged: Arc<(Mutex<Logged>, Condvar)>,
+}
+
+impl Recorder {
+    /// Waits until the validation of `epochs` epochs has ended (every event of the run has then
+    /// reached this logger), or `timeout` passed.
+    fn wait_for(&self, epochs: usize, timeout: Duration) -> std::sync::MutexGuard<'_, Logged> {
+        let (logged, ended) = &*self.logged;
+        let (guard, _) = ended
+            .wait_timeout_while(logged.lock().unwrap(), timeout, |l| {
+                l.valid_epochs_ended < epochs
+            })
+            .unwrap();
+        guard
+    }
+}
+
+impl MetricLogger for Recorder {
+    fn log(&mut self, update: MetricsUpdate, epoch: usize, split: &Split) {
         let now = Instant::now();
-        let mut epochs = self.epochs.lock().unwrap();
+        let mut logged = self.logged.0.lock().unwrap();
+        let logged = &mut *logged;
+        let epochs = match split {
+            Split::Train => &mut logged.train,
+            Split::Valid => &mut logged.valid,
+            Split::Test(_) => return,
+        };
         while epochs.len() < epoch {
-            epochs.push((now, now, 0));
+            epochs.push(EpochLog::default());
         }
-        let entry = &mut epochs[epoch - 1];
-        entry.1 = now;
-        entry.2 += 1;
+        let log = &mut epochs[epoch - 1];
+        if *split == Split::Train {
+            log.first.get_or_insert(now);
+            log.last = Some(now);
+            log.steps += 1;
+        }
+        for update in &update.entries_numeric {
+            let Some(name) = logged.names.get(&update.entry.metric_id) else {
+                continue;
+            };
+            let (value, count) = match update.numeric_entry {
+                NumericEntry::Value(v) => (v, 1),
+                NumericEntry::Aggregated {
+                    aggregated_value,
+                    count,
+                } => (aggregated_value * count as f64, count),
+            };
+            let sum = log.sums.entry(name.clone()).or_default();
+            sum.0 += value;
+            sum.1 += count;
+        }
     }
 
     fn read_numeric(&mut self, _: &str, _: usize, _: &Split) -> Result<Vec<NumericEntry>, String> {
-        Ok(Vec::new())
+        // Not a source for burn-train's own look-ups: the file logger answers those.
+        Err("the example's recorder keeps means only".into())
     }
 
-    fn log_metric_definition(&mut self, _: MetricDefinition) {}
+    fn log_metric_definition(&mut self, definition: MetricDefinition) {
+        let mut logged = self.logged.0.lock().unwrap();
+        logged.names.insert(definition.metric_id, definition.name);
+    }
 
-    fn log_epoch_summary(&mut self, _: EpochSummary) {}
+    fn log_epoch_summary(&mut self, summary: EpochSummary) {
+        if summary.split == Split::Valid {
+            self.logged.0.lock().unwrap().valid_epochs_ended += 1;
+            self.logged.1.notify_all();
+        }
+    }
 }
 
 /// Trains a [`Classifier`] with burn-train on `strategy` (its first device holds the model).
@@ -335,11 +409,11 @@ pub fn train<B: TrainBackend>(
         .num_workers(config.workers)
         .build(InMemDataset::new(valid));
 
-    let clock = StepClock::default();
+    let recorder = Recorder::default();
     let mut training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
         .metrics((AccuracyMetric::new(), LossMetric::new()))
         .with_metric_logger(FileMetricLogger::new(&config.artifact_dir))
-        .with_metric_logger(clock.clone())
+        .with_metric_logger(recorder.clone())
         .with_training_strategy(strategy.into())
         .num_epochs(config.epochs)
         .summary();
@@ -362,35 +436,27 @@ pub fn train<B: TrainBackend>(
     ));
     let seconds = start.elapsed().as_secs_f64();
 
-    let summary = LearnerSummary::new(&config.artifact_dir, &["Loss", "Accuracy"])
-        .expect("burn-train logged the run");
-    let entries = |split: &[burn::train::MetricSummary], name: &str| {
-        split
-            .iter()
-            .find(|m| m.name == name)
-            .map(|m| m.entries.iter().map(|e| e.value).collect())
-            .unwrap_or_default()
+    // burn-train hands the last events over on its own threads after `launch` returns.
+    let logged = recorder.wait_for(config.epochs, Duration::from_secs(120));
+    let means = |epochs: &[EpochLog], name: &str| -> Vec<f64> {
+        epochs.iter().map_while(|e| e.mean(name)).collect()
     };
-    let samples_per_second = clock
-        .epochs
-        .lock()
-        .unwrap()
+    let samples_per_second = logged
+        .train
         .iter()
-        .map(|&(first, last, steps)| {
-            let span = (last - first).as_secs_f64();
-            // Every strategy logs each device's step: `batch_size` samples each.
-            let samples = steps.saturating_sub(1) * config.batch_size;
-            if span > 0.0 {
-                samples as f64 / span
-            } else {
-                0.0
+        .map(|log| match (log.first, log.last) {
+            (Some(first), Some(last)) if last > first => {
+                // Every strategy logs each device's step: `batch_size` samples each.
+                let samples = log.steps.saturating_sub(1) * config.batch_size;
+                samples as f64 / (last - first).as_secs_f64()
             }
+            _ => 0.0,
         })
         .collect();
     Report {
-        train_loss: entries(&summary.metrics.train, "Loss"),
-        valid_loss: entries(&summary.metrics.valid, "Loss"),
-        valid_accuracy: entries(&summary.metrics.valid, "Accuracy"),
+        train_loss: means(&logged.train, "Loss"),
+        valid_loss: means(&logged.valid, "Loss"),
+        valid_accuracy: means(&logged.valid, "Accuracy"),
         samples_per_second,
         seconds,
     }
