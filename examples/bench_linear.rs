@@ -155,7 +155,7 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
 /// Hypatia's tensor-core engine called directly on `CubeBackend` buffers: the same kernels
 /// without Burn's op stream, so `hypatia - engine` is what the stream and the plan cost.
 fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
-    use hypatia::kernel::{EpilogueInputs, Operand, check_linear, tensor_core::tensor_core_linear};
+    use hypatia::kernel::{EpilogueInputs, Operand, check_linear, engine::tensor_core_linear};
     let (x, w, b) = inputs::<Bare<F>>(m, k, n);
     let device = x.device();
     let operand = |t: burn_cubecl::tensor::CubeTensor<Runtime>| Operand {
@@ -250,7 +250,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             // The engine's autotuned choice, e.g. `tensor-core: wgmma 128x256 s4`.
             "tensor-core" => format!(
                 "{name}: {}",
-                hypatia::kernel::tensor_core::last_candidate::<Runtime>().unwrap_or_default()
+                hypatia::kernel::engine::last_candidate::<Runtime>().unwrap_or_default()
             ),
             _ => name.to_string(),
         })
@@ -265,7 +265,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             });
             let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args).ms;
             hypatia::config::set_config(before);
-            let ran = hypatia::kernel::tensor_core::last_candidate::<Runtime>().unwrap_or_default();
+            let ran = hypatia::kernel::engine::last_candidate::<Runtime>().unwrap_or_default();
             let note = if ran == name {
                 String::new()
             } else {

@@ -1,4 +1,4 @@
-//! Measures this device's [`hypatia::kernel::Profile`]: what a fused layer launch, an MLP-chain
+//! Measures this device's [`hypatia::rewrite::Profile`]: what a fused layer launch, an MLP-chain
 //! launch (on CUDA the grid-wide kernel's launch and waves, elsewhere a chain cube's weight
 //! stream) and the per-layer kernels cost here, from forwards of small MLPs through
 //! `Hypatia<B>` (medians of `--runs` forward + `sync`). Writes the profile as JSON for
@@ -17,8 +17,8 @@ use burn::prelude::*;
 use clap::Parser;
 use hypatia::FusedPattern;
 use hypatia::config::{ChainPolicy, update_config};
-use hypatia::kernel::chain::ChainLimits;
-use hypatia::kernel::{GridCost, Profile};
+use hypatia::kernel::ChainLimits;
+use hypatia::rewrite::{GridCost, Profile};
 use std::time::Instant;
 
 #[allow(dead_code)] // the per-dtype plumbing is bench_infer's and bench_train's

@@ -20,7 +20,7 @@ use cubek_matmul::routines::{
     ordered_double_buffering::OrderedSelectionArgs, simple::SimpleArgs,
 };
 use cubek_std::{InputBinding, MatrixLayout};
-use hypatia::kernel::tensor_core::{Loading, Tiling};
+use hypatia::kernel::engine::{Loading, Tiling};
 use std::time::Instant;
 
 #[cfg(not(feature = "cuda"))]

@@ -136,4 +136,12 @@ mod book {
     struct Decision0002;
     #[doc = include_str!("../book/src/decisions/0003-several-devices-submit-batched.md")]
     struct Decision0003;
+    #[doc = include_str!("../book/src/decisions/0004-hopper-wgmma-kernel.md")]
+    struct Decision0004;
+    #[doc = include_str!("../book/src/decisions/0005-mlp-chain-kernels.md")]
+    struct Decision0005;
+    #[doc = include_str!("../book/src/decisions/0006-host-hand-over.md")]
+    struct Decision0006;
+    #[doc = include_str!("../book/src/decisions/0007-split-and-race.md")]
+    struct Decision0007;
 }

@@ -97,10 +97,10 @@ pub struct PatternStats {
     /// Tiled kernel launches (one per step; for [`FusedPattern::MlpChain`], chain launches).
     pub tiled: u64,
     /// Steps run on the tensor-core engine: its autotuned fastest candidate for the whole
-    /// linear (see [`crate::kernel::tensor_core`]).
+    /// linear (see [`crate::kernel::engine`]).
     pub tensor_core: u64,
     /// Split executions: the inner backend's matmul, then Hypatia's bias + activation kernel
-    /// (problems where the inner matmul is faster; see [`crate::kernel::choose_execution`]).
+    /// (problems where the inner matmul is faster; see [`crate::execute::choose_execution`]).
     pub split: u64,
     /// Steps run as one layer of an MLP-chain launch (see [`crate::kernel::chain`]); the
     /// `mlp-chain` entry counts the launches in `executed`.

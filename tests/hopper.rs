@@ -18,11 +18,12 @@ use burn_std::{Metadata, Shape, Strides};
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use half::{bf16, f16};
-use hypatia::kernel::chain::{ChainLayer, ChainLimits, check_chain, grid};
+use hypatia::kernel::chain::grid;
+use hypatia::kernel::engine::LinearArgs;
 use hypatia::kernel::hopper::{
     WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, WgmmaTiling, launch, supported,
 };
-use hypatia::kernel::tensor_core::LinearArgs;
+use hypatia::kernel::{ChainLayer, ChainLimits, check_chain};
 use hypatia::kernel::{Epilogue, Operand};
 
 /// One problem: `x` of shape `lead ++ [m, k]`, `w` `[k, n]`.
@@ -522,7 +523,7 @@ fn compare<H: Float>(what: &str, got: &[u32], reference: &[f64]) -> Result<(), S
 /// Each tiling compiles a kernel per case (seconds each with NVRTC), so two variables split the
 /// work: `HYPATIA_TEST_TILINGS=<text>` keeps the tilings whose name contains it (checking one
 /// new tiling), and `HYPATIA_TEST_SHARD=i/n` keeps every n-th from the i-th (0-based), so that n
-/// processes share the tilings (`tools/cuda_suite.sh`).
+/// processes share the tilings (`tools/device/cuda_suite.sh`).
 fn check_all<H: Float>() {
     let Some(dev) = &Device::hopper() else {
         return;

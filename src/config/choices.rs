@@ -57,7 +57,7 @@ pub enum WgmmaOffer {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ChainPolicy {
-    /// Where the kernel takes the sizes and the device's [`Profile`](crate::kernel::Profile) predicts it faster than
+    /// Where the kernel takes the sizes and the device's [`Profile`](crate::rewrite::Profile) predicts it faster than
     /// one launch per layer (the default), and no per-layer execution is forced.
     #[default]
     Auto,
@@ -79,7 +79,7 @@ pub enum RacePolicy {
     /// Race wherever no execution is forced, on every device: Hypatia's kernel replaces Burn's
     /// matmul there, so there the never-slower promise is measured (the default). On a CPU
     /// through lavapipe, where no Hypatia kernel beats Burn's fused matmul, this hands those
-    /// steps to Burn (`benches/results/lavapipe.md`).
+    /// steps to Burn (decision record 0007).
     #[default]
     Auto,
     /// Race every step that has Burn's alternative, also under a forced execution policy.
@@ -97,8 +97,8 @@ pub enum RacePolicy {
 /// on the device. burn-fusion hands ops to its own thread the same way. So after a sync the GPU
 /// idles until about a step's worth of tasks has been recorded and run through both threads:
 /// on an H100, 0.6-0.93 ms before the first kernel of each training batch of the
-/// 8192:1024:4096:1024 MLP, whose step's kernels take 1.65 ms (`tools/timeline.py` over
-/// `tools/kernel_timeline.cu`'s trace, `benches/results/nvidia-h100-train.md`).
+/// 8192:1024:4096:1024 MLP, whose step's kernels take 1.65 ms (`tools/device/timeline.py` over
+/// `tools/device/kernel_timeline.cu`'s trace; decision record 0006).
 ///
 /// Flushing is not free: it fills the buffer with no-op tasks, so burn-fusion's thread waits
 /// for CubeCL's thread to finish its batch before it can queue the next launch. Where the host
@@ -107,7 +107,7 @@ pub enum RacePolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FlushPolicy {
-    /// Flush a block whose kernels are predicted (by the device [`Profile`](crate::kernel::Profile)) to keep the GPU
+    /// Flush a block whose kernels are predicted (by the device [`Profile`](crate::rewrite::Profile)) to keep the GPU
     /// busy for at least [`AUTO_FLUSH_MIN_GPU_US`]: then the GPU, not the host, bounds the
     /// step, and starting it early pays. A block that ran an MLP-chain launch (a small-batch
     /// forward, whose caller waits for it next) is flushed too when the device thread has run
@@ -164,7 +164,7 @@ pub enum SubmitPolicy {
     /// as [`Eager`](Self::Eager), but the caller never waits for a busy thread to take the
     /// queue; ops recorded meanwhile go with the next flush. The caller records faster, but
     /// more is left for burn-fusion's thread at the `sync`: on the H100 a small forward took
-    /// longer than under `Eager` (`benches/results/nvidia-h100-chain.md`).
+    /// longer than under `Eager` (decision record 0006).
     Paced,
 }
 
@@ -340,7 +340,7 @@ mod tests {
     fn auto_flushes_only_blocks_that_keep_the_gpu_busy() {
         // The two MLPs the H100 measured: a step of 1024:784:2048:10 is ~56 µs of matrix work
         // at the Hopper profile's rate, one of 8192:1024:4096:1024 ~1.9 ms.
-        let hopper = crate::kernel::Profile::hopper();
+        let hopper = crate::rewrite::Profile::hopper();
         let step = |spec: [usize; 4]| {
             let [m, d_in, hidden, d_out] = spec;
             let layers = [(d_in, hidden), (hidden, hidden), (hidden, d_out)];

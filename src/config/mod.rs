@@ -59,7 +59,7 @@ pub struct HypatiaConfig {
     /// [`plan::dump`](crate::plan::dump)); none by default.
     pub dump: Option<PathBuf>,
     /// A device profile (JSON) replacing the built-in ones (`HYPATIA_PROFILE=<file.json>`; see
-    /// [`Profile`](crate::kernel::Profile)).
+    /// [`Profile`](crate::rewrite::Profile)).
     pub profile: Option<PathBuf>,
     /// One tensor-core engine candidate that runs every linear it applies to, instead of the
     /// autotuned choice (`HYPATIA_ENGINE_CANDIDATE`, e.g. `wgmma 128x256 s4 g16 persistent`;

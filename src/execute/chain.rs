@@ -6,12 +6,14 @@
 //! key, compares it and launches, reading its operands in place.
 
 use super::context::{real_tensor, release};
+use super::{choose_chain, has_matrix_units};
 use crate::config::{ChainPolicy, ExecutionPolicy, config};
 use crate::fallback::verify::VerifyMode;
 use crate::fallback::verify::compare;
 use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
-use crate::kernel::chain::{ChainLayer, ChainLimits, ChainProblem, check_chain, launch_mlp_chain};
-use crate::kernel::{OperandRef, choose_chain, has_matrix_units};
+use crate::kernel::OperandRef;
+use crate::kernel::chain::launch_mlp_chain;
+use crate::kernel::{ChainLayer, ChainLimits, ChainProblem, check_chain};
 use crate::plan::FusedLinear;
 use crate::runtime::HypatiaRuntime;
 use burn_backend::DType;

@@ -1,7 +1,8 @@
 //! Execute: runs a [`Plan`](crate::plan::Plan) on a device, the stage between plan and
 //! fallback.
 //!
-//! [`LinearOptimization`] is the step loop (`steps`): each step of a plan runs as a chained run
+//! [`choose_execution`] and [`choose_chain`] decide how a step or a run of layers runs on a
+//! device. [`LinearOptimization`] is the step loop (`steps`): each step of a plan runs as a chained run
 //! of layers (`chain`, one MLP-chain launch), as a turn of its race against Burn's fused matmul
 //! ([`race`]), or alone (`step`: the tiled kernel, the tensor-core engine or split, with its
 //! first-launch and verify checks). `context` reads real shapes, scalars and handles from
@@ -12,8 +13,10 @@
 
 mod chain;
 pub(crate) mod context;
+mod policy;
 pub mod race;
 mod step;
 mod steps;
 
+pub use policy::*;
 pub use steps::*;

@@ -2,7 +2,7 @@
 //!
 //! burn-fusion stores plans by *relative* shapes, so a plan made at one size replays at every
 //! other, and the planner cannot know whether Hypatia's kernel beats Burn's at the real sizes
-//! (in f32 on an H100 Burn's matmul with its fused epilogue won at 1024×784×2048, 2026-11-24).
+//! (in f32 on an H100 Burn's matmul with its fused epilogue won at 1024×784×2048; decision record 0007).
 //! So where Burn's `MatmulFuser` takes a step's matmul and every op of the step after it, the
 //! step also holds the `MatmulOptimization` Burn itself would have run for them, or, for a lone
 //! matmul (which that fuser does not take), Burn's matmul op. The step's ops before its matmul
@@ -26,7 +26,7 @@
 //! its winner. A batch of equal Linears, which burn-fusion cuts into windows of a few steps
 //! each and so into several plans, is decided within its first eight steps; raced step by step,
 //! each of its steps would run Burn's side four times before deciding (on an H100 at
-//! 8192×4096×4096, `benches/results/nvidia-h100.md`, that made the first five batches 0.65 ms
+//! 8192×4096×4096 that made the first five batches 0.65 ms
 //! a launch instead of 0.39).
 
 use crate::config::{ExecutionPolicy, RacePolicy, config};

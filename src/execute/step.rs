@@ -2,13 +2,14 @@
 //! split), its launch, its first-launch and verify checks, or Burn's ops where it cannot run.
 
 use super::context::*;
+use super::{Execution, choose_execution, has_matrix_units};
 use crate::config::{VerifyMode, config};
 use crate::fallback::verify::compare;
 use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
-use crate::kernel::tensor_core::tensor_core_linear;
+use crate::kernel::engine::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Execution, LinearOutputs, check_gate, check_linear, choose_execution,
-    has_matrix_units, launch_bias_activation, launch_fused_linear,
+    EpilogueInputs, LinearOutputs, check_gate, check_linear, launch_bias_activation,
+    launch_fused_linear,
 };
 use crate::plan::{FusedLinear, TensorRef};
 use crate::runtime::HypatiaRuntime;

@@ -6,8 +6,8 @@
 //! thread takes it now; but until the thread has taken it, every new task waits, spinning, for
 //! the thread to finish the batch it is running. Flushing a busy thread after each op or block
 //! makes the producer wait on it: on the H100, the caller's recording of a small forward grew
-//! by 2-8 µs with a flush after every op (`benches/results/nvidia-h100-chain.md`, third
-//! session), and a flush after every block slowed a small MLP's training step by 15-58 %.
+//! by 2-8 µs with a flush after every op, and a flush after every block slowed a small MLP's
+//! training step by 15-58 % (decision record 0006).
 //!
 //! A [`Pace`] counts the flushes asked of one device thread and, through a marker task queued
 //! behind each, the flushes the thread has run. [`Pace::flush_if_idle`] flushes only when the

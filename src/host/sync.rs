@@ -5,7 +5,7 @@
 //! calls the inner backend's `sync`, which asks CubeCL's device thread for a fence with
 //! `submit_blocking`. That parks burn-fusion's thread on a one-shot channel until the device
 //! thread has run every queued launch and recorded the fence, and the device thread then wakes
-//! it. On the sandboxed H100 and H200 machines of `benches/results/nvidia-h100-chain.md`, a
+//! it. On the sandboxed H100 and H200 device machines (decision record 0006), a
 //! `sync` with nothing queued took 5-12 µs less without that park, about half the GPU time of
 //! a small MLP's whole forward.
 //!

@@ -7,10 +7,13 @@
 //! [`dump`] writes what the planner saw and chose for each window (`HYPATIA_DUMP`).
 
 mod build;
+mod candidates;
+mod cover;
 pub mod dump;
 mod steps;
 
 pub use build::*;
+pub use candidates::*;
 pub use steps::*;
 
 #[cfg(test)]

@@ -7,9 +7,8 @@
 //! apart; a plain fused matmul costs slightly less than Burn's. Size-aware
 //! decisions (shapes too small to pay) are made at run time, where sizes are known.
 
-use super::{TensorGraph, TensorLang};
-use crate::kernel::Profile;
-use crate::kernel::chain::MAX_CHAIN_ROWS;
+use super::{Profile, TensorGraph, TensorLang};
+use crate::kernel::MAX_CHAIN_ROWS;
 use burn_backend::DType;
 use egg::{CostFunction, Id, Language};
 
@@ -23,7 +22,7 @@ pub const VIEW: f64 = 1.0;
 pub const EPILOGUE: f64 = 1.0;
 /// What a layer saves by joining its input's launch (one launch, and the hidden activation's
 /// round trip through global memory). Whether the chain kernel runs for the real sizes is
-/// decided at run time (see `kernel::choose_chain`); a chain that does not runs layer by layer.
+/// decided at run time (see `execute::choose_chain`); a chain that does not runs layer by layer.
 pub const CHAINED: f64 = LAUNCH / 2.0;
 
 /// The launch-count cost function used by extraction.
@@ -99,7 +98,7 @@ impl CostFunction<TensorLang> for CostModel {
 
 /// Extraction by predicted time (µs) on a device [`Profile`], for e-graphs whose leaves carry
 /// real sizes (the rewrite API, tools; a captured window has relative dims, and there the same
-/// profile decides at run time, see [`crate::kernel::choose_chain`]).
+/// profile decides at run time, see [`crate::execute::choose_chain`]).
 ///
 /// A fused node costs one layer launch ([`Profile::layer_time`]); a `chain-*` node costs what
 /// its layer adds to the chain's launch (every cube streams the layer's weights and computes
@@ -108,7 +107,7 @@ impl CostFunction<TensorLang> for CostModel {
 /// layer:
 ///
 /// ```
-/// use hypatia::kernel::Profile;
+/// use hypatia::rewrite::Profile;
 /// use hypatia::rewrite::{Limits, SizedCost, TensorGraph, saturate};
 /// let mlp = |m: usize, k: usize, n: usize| {
 ///     let x = format!("t1:bf16:{m}x{k}");

@@ -3,8 +3,9 @@
 use super::HypatiaOptimization;
 use crate::capture::{Canonical, CapturedOp, OpKind, Window};
 use crate::config::{ExecutionPolicy, HypatiaConfig, Pattern, config};
+use crate::execute::has_matrix_units;
 use crate::execute::{LinearOptimization, race};
-use crate::kernel::{Epilogue, has_matrix_units};
+use crate::kernel::Epilogue;
 use crate::plan::{Claim, Plan, PlanOptions, dump, plan_window};
 use crate::stats;
 use burn_backend::DType;

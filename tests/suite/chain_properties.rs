@@ -5,7 +5,7 @@
 //! A problem draws the rows (1..=64, the grid kernel's FMA and tensor-core items both), the
 //! widths (the tile edges of `properties::EDGES` and 1..=300), a rank of 2 or 3, bias or none,
 //! and NaN/±Inf in the input. Where the chain kernel takes the hidden layers
-//! (`kernel::chain::check_chain` with the device's limits), at least one chain launch must run.
+//! (`kernel::check_chain` with the device's limits), at least one chain launch must run.
 
 use super::common::*;
 use super::model::Mlp;
@@ -14,7 +14,7 @@ use burn::prelude::*;
 use burn::tensor::{DType, Element};
 use hypatia::config::{ChainPolicy, ExecutionPolicy};
 use hypatia::kernel::Epilogue;
-use hypatia::kernel::chain::{ChainLimits, check_chain};
+use hypatia::kernel::{ChainLimits, check_chain};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 

@@ -153,7 +153,7 @@ fn relu_grad_reads_a_pitched_gate() {
     let dtype = DType::F32;
     let client = <Runtime as cubecl::Runtime>::client(&device);
     let mut policies = vec![ExecutionPolicy::Tiled, ExecutionPolicy::Split];
-    if hypatia::kernel::has_matrix_units(&client, dtype) {
+    if hypatia::execute::has_matrix_units(&client, dtype) {
         policies.push(ExecutionPolicy::TensorCore);
     }
     let pitch = 64;
@@ -226,7 +226,7 @@ fn relu_grad_reads_a_pitched_gate() {
             // which candidate ran last.
             eprintln!(
                 "{policy:?} {lead:?}: engine's last candidate {:?}",
-                hypatia::kernel::tensor_core::last_candidate::<Runtime>()
+                hypatia::kernel::engine::last_candidate::<Runtime>()
             );
             assert_close(&actual, &reference, tolerance);
             assert_close(&actual, &expected, tolerance);
@@ -245,7 +245,7 @@ fn engine_keys_part_problems_a_candidate_declines() {
     use burn_std::{Metadata, Shape, Strides};
     use hypatia::config::WgmmaOffer;
     use hypatia::kernel::Epilogue;
-    use hypatia::kernel::tensor_core::LinearArgs;
+    use hypatia::kernel::engine::LinearArgs;
     let device = device();
     let client = <Runtime as cubecl::Runtime>::client(&device);
     let tensor = |shape: [usize; 2], strides: [usize; 2]| {

@@ -85,7 +85,7 @@ pub fn policies(dtype: DType) -> Vec<ExecutionPolicy> {
         ExecutionPolicy::Tiled,
         ExecutionPolicy::Split,
     ];
-    if hypatia::kernel::has_matrix_units(&client, dtype) {
+    if hypatia::execute::has_matrix_units(&client, dtype) {
         policies.push(ExecutionPolicy::TensorCore);
     }
     policies
@@ -459,7 +459,7 @@ pub fn judge(
         (Err(error), _) => {
             // The engine's last candidate: on a device with matrix units, likely the one that
             // ran this output's step.
-            let candidate = hypatia::kernel::tensor_core::last_candidate::<Runtime>();
+            let candidate = hypatia::kernel::engine::last_candidate::<Runtime>();
             return Err(TestCaseError::fail(format!(
                 "{what}: Hypatia vs float64: {error}; Burn vs float64: {burn_wrong:?}; \
                  engine's last candidate: {candidate:?}"

@@ -156,7 +156,8 @@ fn backward_matches_burn_with_launches_flushed() {
 fn auto_flushes_only_blocks_predicted_to_keep_the_device_busy() {
     use burn::tensor::DType;
     use hypatia::config::AUTO_FLUSH_MIN_GPU_US;
-    use hypatia::kernel::{Profile, has_matrix_units};
+    use hypatia::execute::has_matrix_units;
+    use hypatia::rewrite::Profile;
     let device = device();
     let client = <Runtime as cubecl::Runtime>::client(&device);
     let profile = Profile::for_device(

@@ -9,7 +9,7 @@
 //!
 //! - a work item is up to 8 rows × one 16-byte vector of a layer's output columns; each of a
 //!   block's 256 threads takes a slice of `k`, and the block reduces the slices. From
-//!   [`GRID_MMA_MIN_M`](super::GRID_MMA_MIN_M) rows on, bf16 and f16 items on sm_80+ are 16 or
+//!   [`GRID_MMA_MIN_M`](crate::kernel::GRID_MMA_MIN_M) rows on, bf16 and f16 items on sm_80+ are 16 or
 //!   32 rows × 8 columns on tensor cores instead (`mma.sync` m16n8k16 fed by `ldmatrix` from a
 //!   shared-memory copy of the item's inputs and weights; [`grid_item`]);
 //! - the blocks (at most one per SM) claim items from a counter per layer, and a layer's
@@ -20,40 +20,46 @@
 //! - hidden activations go through a scratch buffer in global memory (L2), rounded to the
 //!   storage type as Burn's per-layer path stores them.
 //!
-//! It takes every chain [`check_chain`](super::check_chain) accepts.
+//! It takes every chain [`check_chain`](crate::kernel::check_chain) accepts.
 
-use super::{ChainLayer, ChainProblem, grid_item};
-use crate::kernel::cuda::{CudaSource, is_cuda, launch_source, pack_words};
-use crate::kernel::{Activation, LinearOutputs, OperandRef, alloc};
+use crate::kernel::cuda::{CudaSource, Preamble, is_cuda, launch_source, pack_words};
+use crate::kernel::{
+    Activation, ChainLayer, ChainProblem, LinearOutputs, OperandRef, alloc, grid_item,
+};
 use burn_backend::DType;
 use cubecl::features::Plane;
 use cubecl::prelude::*;
 use cubecl::server::{Handle, KernelArguments, MetadataBindingInfo};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt::Write;
 
-const KERNEL_SOURCE: &str = include_str!("grid_chain.cu");
+/// The kernel's text, without its configuration.
+pub const KERNEL_SOURCE: &str = include_str!("grid_chain.cu");
 const THREADS: u32 = 256;
 
-/// Everything that changes the generated source.
+/// One configuration of the kernel: everything that changes its source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct GridConfig {
-    dtype: DType,
-    layers: usize,
+pub struct GridSource {
+    /// Element type of every operand.
+    pub dtype: DType,
+    /// Layers (1 to 4).
+    pub layers: usize,
     /// Columns per work item, per layer (one vector load of at most 16 bytes).
-    vector: [usize; 4],
-    activation: [Activation; 4],
-    bias: [bool; 4],
-    rows: usize,
-    /// Tensor-core items (see [`GridItem::mma`](super::GridItem::mma)).
-    mma: bool,
+    pub vector: [usize; 4],
+    /// Each layer's activation (ReLU or none).
+    pub activation: [Activation; 4],
+    /// Whether each layer adds a bias.
+    pub bias: [bool; 4],
+    /// Rows per work item.
+    pub rows: usize,
+    /// Tensor-core items (see [`GridItem::mma`](crate::kernel::GridItem::mma)).
+    pub mma: bool,
     /// Tensor-core items: the widest layer input rounded up to 16 (the k rows whose weights
     /// each thread loads, and the row length of the shared-memory tile); 0 otherwise.
-    kp: usize,
+    pub kp: usize,
 }
 
-impl GridConfig {
+impl GridSource {
     /// Dynamic shared memory of a tensor-core launch: the item's input rows (padded rows of
     /// `kp + 8`), its weight columns and the warps' partial tiles (the kernel's `MMA_X_BYTES`,
     /// `MMA_W_BYTES` and `red`).
@@ -62,7 +68,7 @@ impl GridConfig {
     }
 }
 
-impl CudaSource for GridConfig {
+impl CudaSource for GridSource {
     const ENTRY_POINT: &'static str = "hypatia_grid_chain";
     const DEBUG_NAME: &'static str = "hypatia::kernel::chain::grid";
 
@@ -80,41 +86,51 @@ impl CudaSource for GridConfig {
     }
 
     fn source(&self) -> String {
+        GridSource::source(self)
+    }
+}
+
+impl GridSource {
+    /// The CUDA source of this configuration: the shared header, its `#define`s, the kernel.
+    pub fn source(&self) -> String {
+        self.source_with(KERNEL_SOURCE)
+    }
+
+    /// The same with `kernel` in place of the crate's `grid_chain.cu` (a benchmark comparing
+    /// an edited copy).
+    pub fn source_with(&self, kernel: &str) -> String {
         let (elem, to_f32, from_f32) = match self.dtype {
             DType::BF16 => ("__nv_bfloat16", "__bfloat162float", "__float2bfloat16_rn"),
             DType::F16 => ("__half", "__half2float", "__float2half_rn"),
             _ => ("float", "", ""),
         };
-        let mut src = String::from(
-            "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\ntypedef unsigned int u32;\n",
-        );
-        let _ = writeln!(src, "#define ELEM {elem}");
-        let _ = writeln!(src, "#define TO_F32(v) {to_f32}(v)");
-        let _ = writeln!(src, "#define FROM_F32(v) {from_f32}(v)");
-        let _ = writeln!(src, "#define LOAD_X(p) __ldg(p)");
-        let _ = writeln!(src, "#define ROWS {}", self.rows);
-        let _ = writeln!(src, "#define MMA {}", self.mma as u32);
+        let mut preamble = Preamble::new()
+            .define("ELEM", elem)
+            .define("TO_F32(v)", format_args!("{to_f32}(v)"))
+            .define("FROM_F32(v)", format_args!("{from_f32}(v)"))
+            .define("LOAD_X(p)", "__ldg(p)")
+            .define("ROWS", self.rows)
+            .define("MMA", self.mma as u32);
         if self.mma {
             let ptx = if self.dtype == DType::F16 {
                 "f16"
             } else {
                 "bf16"
             };
-            let _ = writeln!(src, "#define MMA_TYPE {ptx}");
-            let _ = writeln!(src, "#define KP {}", self.kp);
+            preamble = preamble.define("MMA_TYPE", ptx).define("KP", self.kp);
         }
-        let _ = writeln!(src, "#define LAYERS {}", self.layers);
+        preamble = preamble.define("LAYERS", self.layers);
         for i in 0..4 {
             let act = match self.activation[i] {
-                Activation::Relu => 1,
-                _ => 0,
+                Activation::Relu => Activation::Relu.code(),
+                _ => Activation::None.code(),
             };
-            let _ = writeln!(src, "#define VEC{i} {}", self.vector[i]);
-            let _ = writeln!(src, "#define ACT{i} {act}");
-            let _ = writeln!(src, "#define BIAS{i} {}", self.bias[i] as u32);
+            preamble = preamble
+                .define(&format!("VEC{i}"), self.vector[i])
+                .define(&format!("ACT{i}"), act)
+                .define(&format!("BIAS{i}"), self.bias[i] as u32);
         }
-        src.push_str(KERNEL_SOURCE);
-        src
+        preamble.finish(kernel)
     }
 }
 
@@ -171,7 +187,7 @@ fn thread_buffers<R: Runtime>(
     })
 }
 
-/// Runs a chain that [`check_chain`](super::check_chain) accepted into a new contiguous
+/// Runs a chain that [`check_chain`](crate::kernel::check_chain) accepted into a new contiguous
 /// output, or says why this kernel cannot (nothing launched then).
 pub fn launch<R: Runtime>(
     problem: &ChainProblem,
@@ -194,10 +210,10 @@ pub fn launch<R: Runtime>(
         .max()
         .map_or(16, |k| k.next_multiple_of(16));
     let max_shared = client.properties().hardware.max_shared_memory_size;
-    if item.mma && GridConfig::mma_bytes(item.rows, kp) > max_shared {
+    if item.mma && GridSource::mma_bytes(item.rows, kp) > max_shared {
         item = grid_item(m, problem.dtype, false);
     }
-    let mut config = GridConfig {
+    let mut config = GridSource {
         dtype: problem.dtype,
         layers: count,
         vector: [1; 4],
@@ -291,7 +307,7 @@ mod tests {
 
     #[test]
     fn source_defines_every_layer_macro() {
-        let config = GridConfig {
+        let config = GridSource {
             dtype: DType::BF16,
             layers: 3,
             vector: [8, 8, 2, 1],
@@ -318,7 +334,7 @@ mod tests {
         ] {
             assert!(source.contains(line), "{line}");
         }
-        let f32 = GridConfig {
+        let f32 = GridSource {
             dtype: DType::F32,
             ..config
         };
@@ -332,7 +348,7 @@ mod tests {
 
     #[test]
     fn tensor_core_items_define_their_type_and_tile() {
-        let config = GridConfig {
+        let config = GridSource {
             dtype: DType::F16,
             layers: 2,
             vector: [8, 2, 1, 1],

@@ -375,7 +375,7 @@ __device__ __forceinline__ void chain_layer(
                 for (int j = 0; j < WARPS; j++) s += red[j * ROWS * COLS + i];
                 if (BIAS) s += TO_F32(__ldg(b + c0 + v));
                 // Burn's relu: NaN compares false and passes through.
-                if (ACT == 1) s = (s <= 0.0f) ? 0.0f : s;
+                if (ACT == ACT_RELU) s = activate(s, ACT_RELU, 0.0f, 0.0f);
                 out[(size_t)(r0 + r) * out_row + c0 + v] = FROM_F32(s);
             }
         }

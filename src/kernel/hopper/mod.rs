@@ -8,7 +8,7 @@
 //! handed to CubeCL through `kernel::cuda`: CubeCL compiles it with NVRTC (for `sm_90a`),
 //! caches it, encodes the TMA descriptors and launches it on its own stream with its own
 //! memory, like any of its kernels. It is one more candidate of the
-//! [tensor-core engine's](super::tensor_core) autotune, so it runs only where it measured
+//! [tensor-core engine's](crate::kernel::engine) autotune, so it runs only where it measured
 //! fastest.
 //!
 //! Runs: f16 and bf16 (f32 accumulation), and f32 as TF32 (what Burn's f32 matmul computes on
@@ -17,14 +17,17 @@
 //! transposed (`[n, k]` storage), `k` and `n` multiples of 8 (TMA's 16-byte strides), 16-byte
 //! aligned operands, a contiguous bias and gate. Anything else is declined with a reason and
 //! another candidate runs. TF32 `wgmma` reads both operands K-major only, so an f32 operand in
-//! another layout is first copied K-major ([`transpose`]), inside the launch that the engine's
+//! another layout is first copied K-major (`transpose`), inside the launch that the engine's
 //! autotune times (decision record 0001).
-
+mod source;
+mod tiling;
 mod transpose;
 
-use super::Activation;
-use super::cuda::{CudaSource, launch_source};
-use super::tensor_core::{LinearArgs, is_aligned, is_contiguous};
+pub use source::{KERNEL_SOURCE, WgmmaElem, WgmmaSource};
+pub use tiling::*;
+
+use crate::kernel::cuda::launch_source;
+use crate::kernel::engine::{LinearArgs, is_aligned, is_contiguous};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
@@ -32,291 +35,7 @@ use cubecl::features::Tma;
 use cubecl::prelude::*;
 use cubecl::server::{KernelArguments, MetadataBindingInfo, TensorMapBinding, TensorMapMeta};
 use cubecl::zspace::metadata::Metadata;
-use std::fmt::Write;
-
-const KERNEL_SOURCE: &str = include_str!("wgmma_linear.cu");
-/// Bytes of one row of a stage: a 128-byte swizzle row along k (64 16-bit or 32 f32 values).
-const ROW_BYTES: usize = 128;
-/// Producer warpgroup + two consumer warpgroups.
-const THREADS: u32 = 384;
-/// Shared memory a Hopper SM gives one block.
-const SHARED_LIMIT: usize = 227 * 1024;
-
-/// One shape of the kernel: tile size, consumer schedule, pipeline depth, tile order and grid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct WgmmaTiling {
-    /// Rows per tile, a multiple of 64: 128 when the two consumer warpgroups share each tile
-    /// (64 rows each); 64 or 128 per consumer with `pingpong`.
-    pub rows: u32,
-    /// Columns per tile (the wgmma instruction is m64n`bn`k16).
-    pub bn: u32,
-    /// Each consumer warpgroup works on tiles of its own, the two taking turns at the tensor
-    /// cores, so that one's epilogue runs under the other's MMAs. Cooperative (both on one
-    /// tile) otherwise.
-    pub pingpong: bool,
-    /// Shared-memory stages in flight.
-    pub stages: u32,
-    /// Tiles walked down m before moving along n (1: row by row).
-    pub group_m: u32,
-    /// One CTA per SM looping over tiles (the next tile loads during the epilogue), instead
-    /// of one CTA per tile.
-    pub persistent: bool,
-    /// Store the activation through shared memory with TMA (coalesced, asynchronous) instead
-    /// of from registers.
-    pub tma_store: bool,
-    /// Columns per staged TMA store: `bn`, or half of it, which halves the staging buffers
-    /// and so leaves room for a fourth stage of 128 × 256 operands. `bn` without `tma_store`.
-    pub store_cols: u32,
-}
-
-impl WgmmaTiling {
-    /// A short name, e.g. `wgmma 128x256 s4 g16 persistent tma-store/128`, or
-    /// `wgmma pingpong 128x192 s4 g16 persistent tma-store`.
-    pub fn name(&self) -> String {
-        let store = match (self.tma_store, self.store_cols < self.bn) {
-            (false, _) => String::new(),
-            (true, false) => " tma-store".into(),
-            (true, true) => format!(" tma-store/{}", self.store_cols),
-        };
-        format!(
-            "wgmma {}{}x{} s{} g{}{}{store}",
-            if self.pingpong { "pingpong " } else { "" },
-            self.rows,
-            self.bn,
-            self.stages,
-            self.group_m,
-            if self.persistent { " persistent" } else { "" },
-        )
-    }
-
-    /// Dynamic shared memory for elements of `size` bytes.
-    fn shared_bytes(&self, size: usize) -> usize {
-        let stage = (self.rows as usize + self.bn as usize) * ROW_BYTES;
-        // Two consumers' 64-row staged sub-tiles.
-        let staging = if self.tma_store {
-            2 * 64 * self.store_cols as usize * size
-        } else {
-            0
-        };
-        // 1 KiB to align the first stage, two mbarriers per stage, two per consumer (its gate,
-        // its turn), and each consumer's copy of its tile's bias.
-        1024 + self.stages as usize * (stage + 16) + 32 + staging + 2 * self.bn as usize * size
-    }
-
-    /// Whether this tiling runs elements of `size` bytes: it fits an SM's shared memory, and
-    /// its staged stores are whole 128-byte boxes.
-    pub fn runs(&self, size: usize) -> bool {
-        self.shared_bytes(size) <= SHARED_LIMIT
-            && (self.store_cols as usize * size).is_multiple_of(ROW_BYTES)
-            && self.bn.is_multiple_of(self.store_cols)
-    }
-
-    /// This tiling with each consumer on tiles of its own, `rows` (64 or 128) × `bn`.
-    const fn pingpong(self, rows: u32) -> Self {
-        WgmmaTiling {
-            rows,
-            pingpong: true,
-            ..self
-        }
-    }
-}
-
-/// The tilings the engine tunes over: wide tiles for large problems, narrow ones so that
-/// mid-sized problems still fill the GPU. The wide persistent one stores through shared memory
-/// with TMA: once the epilogue stopped waiting on its bias loads, it beat the same tiling with
-/// stores from registers by 5-21% at 8192×1024×4096, 8192×4096×1024 and 8192×4096×4096 bf16
-/// (one H100 run, `benches/results/nvidia-h100.md`). It stages half a tile at a time, for a
-/// fourth stage: with three, consumers waited on operands for a quarter of their time, and the
-/// fourth made every shape of a training step 1-18% faster
-/// (`benches/results/nvidia-h100-kernel.md`).
-///
-/// The ping-pong 128 × 192 tiling is for epilogue-heavy launches (small k, `pre` written, or
-/// relu's backward gate read): each consumer's epilogue runs under the other's MMAs. Its
-/// 128 × 192 tile keeps shared-memory traffic per MMA near the cooperative 128 × 256 tile's,
-/// which a 64 × 256 ping-pong tile raises by a quarter (`benches/results/nvidia-h200-kernel.md`).
-pub const WGMMA_TILINGS: [WgmmaTiling; 4] = [
-    tiling(256, 4, 16, true, true, 128),
-    tiling(256, 4, 1, false, false, 256),
-    tiling(128, 6, 16, true, false, 128),
-    tiling(192, 4, 16, true, true, 192).pingpong(128),
-];
-
-/// The tilings the engine also tunes over for f32 (TF32): the first and last of
-/// [`WGMMA_TILINGS`] need more shared memory in f32 than an SM has (4-byte staging and bias),
-/// so these take their place with a stage fewer or half the staging.
-pub const WGMMA_TF32_TILINGS: [WgmmaTiling; 2] = [
-    tiling(256, 3, 16, true, true, 128),
-    tiling(192, 4, 16, true, true, 64).pingpong(128),
-];
-
-/// Tilings that run only when forced by name (`HYPATIA_ENGINE_CANDIDATE`, benchmarks'
-/// `--candidates`), kept for comparison: each extra candidate lengthens every autotune.
-pub const WGMMA_FORCED_TILINGS: [WgmmaTiling; 4] = [
-    tiling(256, 3, 16, true, true, 256),
-    tiling(256, 4, 16, true, false, 256),
-    tiling(128, 5, 16, true, true, 128),
-    tiling(256, 4, 16, true, true, 128).pingpong(64),
-];
-
-const fn tiling(
-    bn: u32,
-    stages: u32,
-    group_m: u32,
-    persistent: bool,
-    tma_store: bool,
-    store_cols: u32,
-) -> WgmmaTiling {
-    WgmmaTiling {
-        rows: 128,
-        bn,
-        pingpong: false,
-        stages,
-        group_m,
-        persistent,
-        tma_store,
-        store_cols,
-    }
-}
-
-/// Element type of the operands: 16-bit, or f32 multiplied as TF32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Elem {
-    F16,
-    Bf16,
-    Tf32,
-}
-
-impl Elem {
-    fn of(dtype: DType) -> Option<Self> {
-        match dtype {
-            DType::BF16 => Some(Elem::Bf16),
-            DType::F16 => Some(Elem::F16),
-            DType::F32 => Some(Elem::Tf32),
-            _ => None,
-        }
-    }
-
-    /// Bytes per element.
-    fn size(self) -> usize {
-        match self {
-            Elem::F16 | Elem::Bf16 => 2,
-            Elem::Tf32 => 4,
-        }
-    }
-}
-
-/// Everything that changes the generated source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct KernelConfig {
-    tiling: WgmmaTiling,
-    elem: Elem,
-    /// `x` a transposed view of `[k, m]` storage (M-major operand A) instead of `[m, k]`.
-    a_m_major: bool,
-    /// `w` stored `[n, k]` (K-major operand B) instead of `[k, n]`.
-    b_k_major: bool,
-    /// The activation, compiled in: a run-time switch over every activation's code in the
-    /// epilogue cost the whole kernel 2.3x (H100, bf16 8192×4096×4096, 2026-11-23).
-    activation: Activation,
-}
-
-impl CudaSource for KernelConfig {
-    const ENTRY_POINT: &'static str = "hypatia_wgmma_linear";
-    const DEBUG_NAME: &'static str = "hypatia::kernel::hopper::wgmma_linear";
-
-    fn threads(&self) -> u32 {
-        THREADS
-    }
-
-    fn shared_bytes(&self) -> usize {
-        self.tiling.shared_bytes(self.elem.size())
-    }
-
-    /// The CUDA source: macros for this configuration, the generated wgmma wrapper, the kernel.
-    fn source(&self) -> String {
-        let (elem, elem2, pack, to_f32, ptx) = match self.elem {
-            Elem::Bf16 => (
-                "__nv_bfloat16",
-                "__nv_bfloat162",
-                "__floats2bfloat162_rn",
-                "__bfloat162float",
-                "bf16",
-            ),
-            Elem::F16 => (
-                "__half",
-                "__half2",
-                "__floats2half2_rn",
-                "__half2float",
-                "f16",
-            ),
-            Elem::Tf32 => ("float", "float2", "make_float2", "", "tf32"),
-        };
-        let bn = self.tiling.bn;
-        let mut src = String::from(
-            "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n\
-             typedef unsigned int u32;\ntypedef unsigned long long u64;\n\
-             typedef struct CUtensorMap_st { alignas(64) unsigned long long int opaque[16]; } CUtensorMap;\n",
-        );
-        let _ = writeln!(src, "#define ELEM {elem}\n#define ELEM2 {elem2}");
-        let _ = writeln!(src, "#define PACK2 {pack}\n#define TO_F32 {to_f32}");
-        let _ = writeln!(src, "#define ESIZE {}", self.elem.size());
-        let _ = writeln!(
-            src,
-            "#define BN {bn}\n#define STAGES {}",
-            self.tiling.stages
-        );
-        let _ = writeln!(src, "#define GROUP_M {}", self.tiling.group_m);
-        if self.tiling.pingpong {
-            let _ = writeln!(
-                src,
-                "#define PINGPONG 1\n#define MH {}",
-                self.tiling.rows / 64
-            );
-        }
-        let _ = writeln!(src, "#define A_M_MAJOR {}", self.a_m_major as u32);
-        let _ = writeln!(src, "#define B_K_MAJOR {}", self.b_k_major as u32);
-        let _ = writeln!(src, "#define TMA_STORE {}", self.tiling.tma_store as u32);
-        let _ = writeln!(src, "#define SUB {}", self.tiling.store_cols);
-        let _ = writeln!(src, "#define ACT {}u", self.activation.code());
-        src.push_str(&wgmma_step(bn, ptx, self.a_m_major, !self.b_k_major));
-        src.push_str(KERNEL_SOURCE);
-        src
-    }
-}
-
-/// `d += A·B` for one step of an m64n`bn` tile (k16 for 16-bit types, k8 for tf32: 32 bytes of
-/// k either way): the inline-PTX wrapper, one `"+f"` operand per accumulator register. tf32
-/// takes no transpose operands (both K-major).
-fn wgmma_step(bn: u32, ptx_type: &str, transpose_a: bool, transpose_b: bool) -> String {
-    let regs = bn / 2;
-    let outs = (0..regs)
-        .map(|i| format!("%{i}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let operands = (0..regs)
-        .map(|i| format!("\"+f\"(d[{i}])"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let (k, transposes) = match ptx_type {
-        "tf32" => {
-            assert!(!transpose_a && !transpose_b, "tf32 wgmma is K-major only");
-            (8, String::new())
-        }
-        _ => (
-            16,
-            format!(", {}, {}", transpose_a as u32, transpose_b as u32),
-        ),
-    };
-    format!(
-        "__device__ __forceinline__ void wgmma_step(float (&d)[{regs}], u64 desc_a, u64 desc_b) {{\n\
-         asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{scale}, 0; \
-         wgmma.mma_async.sync.aligned.m64n{bn}k{k}.f32.{ptx_type}.{ptx_type} \
-         {{{outs}}}, %{regs}, %{b}, p, 1, 1{transposes}; }}\"\n\
-         : {operands}\n\
-         : \"l\"(desc_a), \"l\"(desc_b), \"r\"(1));\n}}\n",
-        b = regs + 1,
-        scale = regs + 2,
-    )
-}
+use tiling::ROW_BYTES;
 
 /// Whether the device runs `sm_90a` code (Hopper: TMA without Blackwell's additions).
 pub fn supported<R: Runtime>(client: &ComputeClient<R>) -> bool {
@@ -391,7 +110,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if !supported(client) {
         return Err("needs an sm_90 device".into());
     }
-    let elem = Elem::of(args.x.dtype).ok_or(format!("{:?} has no wgmma", args.x.dtype))?;
+    let elem = WgmmaElem::of(args.x.dtype).ok_or(format!("{:?} has no wgmma", args.x.dtype))?;
     if !tiling.runs(elem.size()) {
         return Err(format!("{} does not fit {:?}", tiling.name(), args.x.dtype));
     }
@@ -452,7 +171,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("output larger than 32-bit indexing".into());
     }
     // TF32 wgmma reads K-major operands only: copy the others K-major first.
-    let tf32 = elem == Elem::Tf32;
+    let tf32 = elem == WgmmaElem::Tf32;
     let (x, a_m_major, x_pitch) = match tf32 && a_m_major {
         true => (transpose::transposed(&args.x, [k, m, x_pitch])?, false, k),
         false => (args.x.clone(), a_m_major, x_pitch),
@@ -475,7 +194,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         tiles
     };
 
-    let config = KernelConfig {
+    let config = WgmmaSource {
         tiling,
         elem,
         a_m_major,
@@ -512,7 +231,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     let partial_rows = m.div_ceil(bm) * (bm / 16);
     let partials = args.bias_grad.as_ref().map(|_| {
         let like: burn_cubecl_fusion::CubeFusionHandle<R> = args.out.clone().into();
-        super::alloc(&like, &[partial_rows, n], DType::F32)
+        crate::kernel::alloc(&like, &[partial_rows, n], DType::F32)
     });
     let out = args.out.handle.clone();
     kernel_args.buffers = vec![
@@ -549,7 +268,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
 
     launch_source(client, config, ctas as u32, kernel_args)?;
     if let (Some(partials), Some(bias_grad)) = (&partials, &args.bias_grad) {
-        super::sum_rows(partials, partial_rows, n, &bias_grad.clone().into());
+        crate::kernel::sum_rows(partials, partial_rows, n, &bias_grad.clone().into());
     }
     Ok(())
 }
@@ -557,12 +276,13 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::Activation;
 
     /// A bf16 configuration with `x` row-major.
-    fn bf16_config(tiling: WgmmaTiling, b_k_major: bool, activation: Activation) -> KernelConfig {
-        KernelConfig {
+    fn bf16_config(tiling: WgmmaTiling, b_k_major: bool, activation: Activation) -> WgmmaSource {
+        WgmmaSource {
             tiling,
-            elem: Elem::Bf16,
+            elem: WgmmaElem::Bf16,
             a_m_major: false,
             b_k_major,
             activation,
@@ -640,8 +360,8 @@ mod tests {
 
     #[test]
     fn tf32_source_reads_k_major_operands_in_k8_steps() {
-        let config = KernelConfig {
-            elem: Elem::Tf32,
+        let config = WgmmaSource {
+            elem: WgmmaElem::Tf32,
             ..bf16_config(WGMMA_TF32_TILINGS[0], true, Activation::Relu)
         };
         let source = config.source();

@@ -3,9 +3,6 @@
 // shared memory (padded a column against bank conflicts), so that both the reads and the
 // writes are coalesced. It makes the K-major copies that TF32 wgmma needs (wgmma_linear.cu).
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
 struct Params {
     u32 rows;
     u32 cols;

@@ -1,7 +1,7 @@
 //! K-major copies for TF32 `wgmma`, which reads both operands K-major only: a tiled transpose
 //! of 4-byte elements ([`transpose.cu`](../../../src/kernel/hopper/transpose.cu)).
 
-use crate::kernel::cuda::{CudaSource, launch_source, pack_words};
+use crate::kernel::cuda::{CudaSource, Preamble, launch_source, pack_words};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use burn_std::{Metadata, Shape, Strides};
@@ -26,7 +26,7 @@ impl CudaSource for Transpose {
     }
 
     fn source(&self) -> String {
-        SOURCE.to_string()
+        Preamble::new().finish(SOURCE)
     }
 }
 

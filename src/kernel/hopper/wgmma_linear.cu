@@ -45,8 +45,9 @@
 //
 // Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, ESIZE (bytes per element),
 // BN, STAGES, GROUP_M, A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a
-// multiple of CB dividing BN; BN without TMA_STORE) and wgmma_step(d, desc_a, desc_b); for
-// ping-pong tilings also PINGPONG 1 and MH (64-row halves of a consumer's tile).
+// multiple of CB dividing BN; BN without TMA_STORE), wgmma_step(d, desc_a, desc_b) and the PTX
+// helpers of wgmma_ptx.cuh; for ping-pong tilings also PINGPONG 1 and MH (64-row halves of a
+// consumer's tile). `WgmmaSource` writes all of it (`cargo run --example cuda_source`).
 
 #ifndef PINGPONG
 #define PINGPONG 0
@@ -91,100 +92,8 @@ struct Params {
     float beta;  // clamp's max
 };
 
-// The activations of `Activation` (epilogue.rs), computed as Burn's ops compute them. ACT, the
-// one this kernel applies, is compiled in (KernelConfig), so the switch folds away.
-#define ACT_RELU 1u
-#define ACT_GELU 2u
-#define ACT_GELU_TANH 3u
-#define ACT_SILU 4u
-#define ACT_LEAKY_RELU 5u
-#define ACT_CLAMP 6u
-
-__device__ __forceinline__ float activate(float v, u32 act, float alpha, float beta) {
-    switch (act) {
-    case ACT_RELU:
-        return v <= 0.0f ? 0.0f : v; // keeps NaN, like Burn's relu (never fmaxf)
-    case ACT_GELU:
-        return v * (erff(v / 1.41421356f) + 1.0f) / 2.0f;
-    case ACT_GELU_TANH:
-        // v * v * v, not powf: within an ulp of it, without powf's slow path in the epilogue.
-        return v * (tanhf((v + v * v * v * 0.044715f) * 0.79788456f) + 1.0f) * 0.5f;
-    case ACT_SILU:
-        return v * expf(-logf(expf(-v) + 1.0f));
-    case ACT_LEAKY_RELU:
-        return v < 0.0f ? v * alpha : v;
-    case ACT_CLAMP:
-        return fmaxf(alpha, fminf(beta, v)); // CubeCL's clamp on CUDA, NaN included
-    default:
-        return v;
-    }
-}
-
-__device__ __forceinline__ u32 smem_addr(const void* ptr) {
-    u32 addr;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }"
-                 : "=r"(addr) : "l"(ptr));
-    return addr;
-}
-
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                 :: "r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    u32 done = 0;
-    while (!done) {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    }
-}
-
-__device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%3, %4}], [%2];"
-        :: "r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
-        :: "l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
-}
-
-// Two adjacent elements to / from shared memory (4 bytes of 16-bit pairs, 8 of f32 pairs).
-__device__ __forceinline__ void st_pair(u32 addr, ELEM2 v) {
-#if ESIZE == 2
-    asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(*reinterpret_cast<u32*>(&v))
-                 : "memory");
-#else
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(v.x), "f"(v.y)
-                 : "memory");
-#endif
-}
-
-__device__ __forceinline__ ELEM2 ld_pair(u32 addr) {
-#if ESIZE == 2
-    u32 bits;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(bits) : "r"(addr) : "memory");
-    return *reinterpret_cast<ELEM2*>(&bits);
-#else
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr)
-                 : "memory");
-    return v;
-#endif
-}
+// The activation `ACT` (one of hypatia.cuh's ACT_* codes) is compiled in (`WgmmaSource`), so
+// `activate`'s switch folds away.
 
 // Makes a consumer's staged 64 × SUB tile (at `c_tile`) visible to the TMA unit, then one
 // thread stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA)
@@ -211,30 +120,6 @@ __device__ __forceinline__ void load_gate(const CUtensorMap* map, u32 c_tile, u3
     for (u32 box = 0; box < SUB / CB; ++box) {
         tma_load_2d(c_tile + box * ROWS64_BYTES, map, bar, (int)(n0 + CB * box), (int)m0);
     }
-}
-
-// wgmma shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
-    return (u64)((addr & 0x3FFFF) >> 4)
-        | ((u64)((lbo & 0x3FFFF) >> 4) << 16)
-        | ((u64)((sbo & 0x3FFFF) >> 4) << 32)
-        | (1ull << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void wgmma_wait_1() {
-    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-}
-
-__device__ __forceinline__ void wgmma_wait_0() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
 // Tile `t` of a grouped raster: GROUP_M tiles down m, then the next column of n.

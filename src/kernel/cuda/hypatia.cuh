@@ -1,0 +1,40 @@
+// What every hand-written kernel of Hypatia starts from (hopper/wgmma_linear.cu,
+// chain/grid_chain.cu, hopper/transpose.cu): the headers NVRTC needs, the integer types, and the
+// activations. `kernel::cuda::Preamble` puts this header, then a configuration's #defines and
+// generated code, before a kernel; device benchmarks compile the same text, written by
+// `cargo run --example cuda_source` (tools/README.md).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// The activations, by the codes of `Activation` (#[repr(u32)]; a unit test checks that the two
+// agree), computed as Burn's ops compute them. A kernel compiles in the one it applies, so the
+// switch folds away: a run-time switch cost the Hopper kernel 2.3x (decision record 0004).
+#define ACT_NONE 0u
+#define ACT_RELU 1u
+#define ACT_GELU 2u
+#define ACT_GELU_TANH 3u
+#define ACT_SILU 4u
+#define ACT_LEAKY_RELU 5u
+#define ACT_CLAMP 6u
+
+__device__ __forceinline__ float activate(float v, u32 act, float alpha, float beta) {
+    switch (act) {
+    case ACT_RELU:
+        return v <= 0.0f ? 0.0f : v; // keeps NaN, like Burn's relu (never fmaxf)
+    case ACT_GELU:
+        return v * (erff(v / 1.41421356f) + 1.0f) / 2.0f;
+    case ACT_GELU_TANH:
+        // v * v * v, not powf: within an ulp of it, without powf's slow path in the epilogue.
+        return v * (tanhf((v + v * v * v * 0.044715f) * 0.79788456f) + 1.0f) * 0.5f;
+    case ACT_SILU:
+        return v * expf(-logf(expf(-v) + 1.0f));
+    case ACT_LEAKY_RELU:
+        return v < 0.0f ? v * alpha : v;
+    case ACT_CLAMP:
+        return fmaxf(alpha, fminf(beta, v)); // CubeCL's clamp on CUDA, NaN included
+    default:
+        return v;
+    }
+}

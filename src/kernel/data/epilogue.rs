@@ -1,0 +1,182 @@
+//! Epilogues: what happens to an accumulator between the last FMA and the store, as data.
+
+use crate::FusedPattern;
+use serde::{Deserialize, Serialize};
+
+/// `sqrt(2)`, the divisor inside Burn's exact GELU.
+pub const SQRT_2: f64 = std::f64::consts::SQRT_2;
+/// `sqrt(2 / pi)`, the scale inside Burn's tanh-approximate GELU.
+pub const SQRT_2_OVER_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2;
+
+/// What is applied to the accumulator (after the bias, if any) before the store.
+///
+/// Each activation is computed in f32 with the same operations, in the same order, as the ops
+/// Burn 0.21 emits for it, so special values (NaN, ±inf, ±0) come out as Burn's do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Epilogue {
+    /// `x <= 0 ? 0 : x`, which keeps NaN like Burn's `relu` (`mask_fill(x, x <= 0, 0)`).
+    Relu,
+    /// Nothing: a plain matmul (a weight gradient `xᵀ · dy`), or a Linear without activation.
+    Identity,
+    /// ReLU's backward on `dy · Wᵀ`: `gate <= 0 ? 0 : x`, where the gate is the forward's
+    /// pre-activation (Burn's `mask_fill(dx, pre <= 0, 0)`; a NaN gate keeps `x`).
+    ReluGrad,
+    /// Exact GELU, `x · (erf(x / √2) + 1) / 2` (Burn's `gelu`).
+    Gelu,
+    /// Tanh GELU, `x · (tanh(√(2/π) · (x + 0.044715 · x³)) + 1) · 0.5` (Burn's
+    /// `gelu_approximate`).
+    GeluTanh,
+    /// SiLU, `x · exp(-ln(exp(-x) + 1))` (Burn's `silu`: `x · sigmoid(x)`).
+    Silu,
+    /// LeakyReLU, `x < 0 ? x · slope : x`, with the slope a run-time scalar.
+    LeakyRelu,
+    /// `clamp(x, min, max)` (ReLU6 is `clamp(x, 0, 6)`), bounds as run-time scalars.
+    Clamp,
+}
+
+impl Epilogue {
+    /// The pattern name used in stats and logs (a Linear without activation is `linear`, see
+    /// [`FusedLinear::pattern`](crate::plan::FusedLinear::pattern)).
+    pub fn pattern(&self) -> FusedPattern {
+        match self {
+            Epilogue::Relu => FusedPattern::LinearRelu,
+            Epilogue::Identity => FusedPattern::Matmul,
+            Epilogue::ReluGrad => FusedPattern::MatmulReluGrad,
+            Epilogue::Gelu => FusedPattern::LinearGelu,
+            Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
+            Epilogue::Silu => FusedPattern::LinearSilu,
+            Epilogue::LeakyRelu => FusedPattern::LinearLeakyRelu,
+            Epilogue::Clamp => FusedPattern::LinearClamp,
+        }
+    }
+
+    /// The activation the kernels apply.
+    pub fn activation(&self) -> Activation {
+        match self {
+            Epilogue::Relu => Activation::Relu,
+            Epilogue::Identity | Epilogue::ReluGrad => Activation::None,
+            Epilogue::Gelu => Activation::Gelu,
+            Epilogue::GeluTanh => Activation::GeluTanh,
+            Epilogue::Silu => Activation::Silu,
+            Epilogue::LeakyRelu => Activation::LeakyRelu,
+            Epilogue::Clamp => Activation::Clamp,
+        }
+    }
+
+    /// Whether a gate tensor zeroes the output where it is `<= 0`.
+    pub fn gated(&self) -> bool {
+        matches!(self, Epilogue::ReluGrad)
+    }
+
+    /// The values the scalars of Burn's form must have for the kernel to compute the same
+    /// function, in the order the activation's e-graph node lists them (the kernels hard-code
+    /// them; a plan checks them before every execution). Relu's and relu-grad's scalars (the
+    /// threshold and the fill value) are all zero and are checked as such by the plan.
+    pub fn constants(&self) -> &'static [f64] {
+        match self {
+            Epilogue::Gelu => &[SQRT_2, 1.0, 2.0],
+            Epilogue::GeluTanh => &[3.0, 0.044715, SQRT_2_OVER_PI, 1.0, 0.5],
+            Epilogue::Silu => &[-1.0, 1.0, -1.0],
+            Epilogue::LeakyRelu => &[0.0],
+            Epilogue::Relu | Epilogue::Identity | Epilogue::ReluGrad | Epilogue::Clamp => &[],
+        }
+    }
+
+    /// How many run-time scalars the kernel reads after the constants: LeakyReLU's slope,
+    /// clamp's min and max.
+    pub fn parameters(&self) -> usize {
+        match self {
+            Epilogue::LeakyRelu => 1,
+            Epilogue::Clamp => 2,
+            _ => 0,
+        }
+    }
+}
+
+/// The function a kernel applies before the store, a compile-time switch of its epilogue.
+/// The values are the codes of the CUDA kernels' `ACT_*` macros (`cuda/hypatia.cuh`; a test
+/// checks that the two agree).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u32)]
+pub enum Activation {
+    /// Nothing.
+    None = 0,
+    /// Burn's relu.
+    Relu = 1,
+    /// Exact GELU.
+    Gelu = 2,
+    /// Tanh GELU.
+    GeluTanh = 3,
+    /// SiLU.
+    Silu = 4,
+    /// LeakyReLU with slope `alpha`.
+    LeakyRelu = 5,
+    /// `clamp(x, alpha, beta)`.
+    Clamp = 6,
+}
+
+impl Activation {
+    /// The code the CUDA kernels compile in as `ACT`.
+    pub fn code(&self) -> u32 {
+        *self as u32
+    }
+}
+
+/// Comptime switches of the epilogue, shared by every kernel that stores one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EpilogueFlags {
+    /// Add the bias row.
+    pub has_bias: bool,
+    /// Write the pre-activation to `pre`.
+    pub write_pre: bool,
+    /// The activation applied after the bias.
+    pub activation: Activation,
+    /// Zero where `gate <= 0` (relu's backward).
+    pub gated: bool,
+    /// Write partial column sums of the stored output (a bias gradient, see
+    /// [`sum_rows`](crate::kernel::sum_rows)).
+    pub row_sums: bool,
+}
+
+impl EpilogueFlags {
+    /// The flags of `epilogue` with these optional tensors.
+    pub fn new(epilogue: Epilogue, has_bias: bool, write_pre: bool) -> Self {
+        Self {
+            has_bias,
+            write_pre,
+            activation: epilogue.activation(),
+            gated: epilogue.gated(),
+            row_sums: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activation_codes_are_the_cuda_kernels_act_macros() {
+        let source = include_str!("../cuda/hypatia.cuh");
+        let define = |name: &str| -> Option<u32> {
+            let line = (source.lines()).find(|l| l.starts_with(&format!("#define ACT_{name} ")))?;
+            line.split_whitespace()
+                .nth(2)?
+                .trim_end_matches('u')
+                .parse()
+                .ok()
+        };
+        let named = [
+            ("RELU", Activation::Relu),
+            ("GELU", Activation::Gelu),
+            ("GELU_TANH", Activation::GeluTanh),
+            ("SILU", Activation::Silu),
+            ("LEAKY_RELU", Activation::LeakyRelu),
+            ("CLAMP", Activation::Clamp),
+        ];
+        for (name, activation) in named {
+            assert_eq!(define(name), Some(activation.code()), "ACT_{name}");
+        }
+        assert_eq!(define("NONE"), Some(Activation::None.code()), "ACT_NONE");
+    }
+}

@@ -1,0 +1,193 @@
+//! A Linear's problem: its shapes and dtype validated before anything touches the device.
+
+use super::{KernelError, Operand};
+use burn_backend::DType;
+use cubecl::prelude::*;
+
+/// Cubes one launch may have along an axis (CUDA's y/z limit; wgpu's default is the same).
+pub const MAX_CUBES_PER_AXIS: usize = 65_535;
+/// Output rows of one cube of the [tiled kernel](crate::kernel::tiled), the unit of its grid.
+pub const TILE_M: usize = 64;
+/// Output columns of one cube of the tiled kernel.
+pub const TILE_N: usize = 64;
+
+/// A validated problem: everything the launch needs, nothing allocated yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinearProblem {
+    /// Output shape `[batch.., m, n]`.
+    pub out_shape: Vec<usize>,
+    /// Element type of every operand and output.
+    pub dtype: DType,
+    /// Product of the batch dims.
+    pub batch: usize,
+    /// The shared dim.
+    pub k: usize,
+}
+
+impl LinearProblem {
+    /// Floating-point operations of the matmul: `2·batch·m·n·k`.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.out_shape.iter().product::<usize>() as f64 * self.k as f64
+    }
+}
+
+/// Checks that `lhs · rhs (+ bias)` is a problem the kernel runs, without touching the device.
+///
+/// # Errors
+/// A [`KernelError`] naming the first thing the kernel does not support.
+pub fn check_linear(
+    lhs: (&[usize], DType),
+    rhs: (&[usize], DType),
+    bias: Option<(&[usize], DType)>,
+) -> Result<LinearProblem, KernelError> {
+    let dtype = lhs.1;
+    let supported = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+    if !supported || rhs.1 != dtype || bias.is_some_and(|b| b.1 != dtype) {
+        return Err(KernelError::UnsupportedDtype {
+            lhs: lhs.1,
+            rhs: rhs.1,
+            bias: bias.map(|b| b.1),
+        });
+    }
+    let incompatible = || KernelError::IncompatibleShapes {
+        lhs: lhs.0.to_vec(),
+        rhs: rhs.0.to_vec(),
+        bias: bias.map(|b| b.0.to_vec()),
+    };
+    let out_shape = matmul_out_shape(lhs.0, rhs.0).ok_or_else(incompatible)?;
+    let n = out_shape[out_shape.len() - 1];
+    if let Some((shape, _)) = bias {
+        let (last, rest) = shape.split_last().ok_or_else(incompatible)?;
+        if *last != n || rest.iter().any(|&d| d != 1) || shape.len() > out_shape.len() {
+            return Err(incompatible());
+        }
+    }
+    let m = out_shape[out_shape.len() - 2];
+    let batch: usize = out_shape[..out_shape.len() - 2].iter().product();
+    if m == 0 || n == 0 || batch == 0 {
+        return Err(KernelError::Empty { m, n, batch });
+    }
+    let cubes = [n.div_ceil(TILE_N), m.div_ceil(TILE_M), batch];
+    if let Some(&cubes) = cubes.iter().find(|&&c| c > MAX_CUBES_PER_AXIS) {
+        return Err(KernelError::GridTooLarge {
+            cubes,
+            limit: MAX_CUBES_PER_AXIS,
+        });
+    }
+    Ok(LinearProblem {
+        out_shape,
+        dtype,
+        batch,
+        k: lhs.0[lhs.0.len() - 1],
+    })
+}
+
+/// Broadcast matmul output shape with real dims; `None` if `k` or a batch dim disagrees.
+fn matmul_out_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>> {
+    let (lr, rr) = (lhs.len(), rhs.len());
+    if lr < 2 || rr < 2 || lhs[lr - 1] != rhs[rr - 2] {
+        return None;
+    }
+    let rank = lr.max(rr);
+    let padded = |shape: &[usize], i: usize| {
+        let pad = rank - shape.len();
+        if i < pad { 1 } else { shape[i - pad] }
+    };
+    let mut out: Vec<usize> = (0..rank - 2)
+        .map(|i| match (padded(lhs, i), padded(rhs, i)) {
+            (a, b) if a == b => Some(a),
+            (1, b) => Some(b),
+            (a, 1) => Some(a),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    out.extend([lhs[lr - 2], rhs[rr - 1]]);
+    Some(out)
+}
+
+/// Checks that `gate` can gate an output of `out_shape` and `dtype`: same shape and dtype,
+/// read as rows of the last dim ([`row_stride`]): contiguous, or with rows padded to a pitch,
+/// as CubeCL's CUDA runtime allocates tensors whose rows are not a multiple of its alignment.
+///
+/// # Errors
+/// [`KernelError::UnsupportedGate`] naming what differs.
+pub fn check_gate<R: Runtime>(
+    gate: &Operand<R>,
+    out_shape: &[usize],
+    dtype: DType,
+) -> Result<(), KernelError> {
+    let rows = row_stride(&gate.shape, &gate.handle.strides);
+    if gate.shape != out_shape || gate.handle.dtype != dtype || rows.is_none() {
+        return Err(KernelError::UnsupportedGate {
+            shape: gate.shape.clone(),
+            out: out_shape.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// The distance between rows of a tensor read as rows of its last dim: its last stride is 1
+/// and its leading dims collapse into one row index of that stride (contiguous, or rows padded
+/// to a pitch). `None` for any other layout.
+///
+/// ```
+/// use hypatia::kernel::row_stride;
+/// assert_eq!(row_stride(&[2, 3, 33], &[99, 33, 1]), Some(33)); // contiguous
+/// assert_eq!(row_stride(&[2, 3, 33], &[192, 64, 1]), Some(64)); // rows pitched to 256 bytes
+/// assert_eq!(row_stride(&[3, 1, 33], &[64, 64, 1]), Some(64)); // a 1 between
+/// assert_eq!(row_stride(&[33, 2], &[1, 33]), None); // transposed
+/// assert_eq!(row_stride(&[2, 3, 33], &[200, 64, 1]), None); // batches apart
+/// ```
+pub fn row_stride(shape: &[usize], strides: &[usize]) -> Option<usize> {
+    let (&n, lead) = shape.split_last()?;
+    if n > 1 && strides.get(lead.len()) != Some(&1) {
+        return None;
+    }
+    let (mut stride, mut rows) = (None, 1);
+    for (&dim, &at) in lead.iter().zip(strides).rev().filter(|(dim, _)| **dim != 1) {
+        let row = *stride.get_or_insert(at);
+        if row < n || at != row * rows {
+            return None;
+        }
+        rows *= dim;
+    }
+    Some(stride.unwrap_or(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_broadcast_batch_and_bias() {
+        let problem = check_linear(
+            (&[2, 3, 4], DType::F32),
+            (&[4, 5], DType::F32),
+            Some((&[5], DType::F32)),
+        );
+        assert_eq!(problem.unwrap().out_shape, vec![2, 3, 5]);
+        let problem = check_linear(
+            (&[2, 3, 4], DType::F32),
+            (&[1, 4, 5], DType::F32),
+            Some((&[1, 1, 5], DType::F32)),
+        );
+        assert_eq!(problem.unwrap().batch, 2);
+    }
+
+    #[test]
+    fn rejects_what_the_kernel_cannot_run() {
+        let err = check_linear((&[3, 4], DType::F32), (&[5, 6], DType::F32), None).unwrap_err();
+        assert_eq!(err.key(), "incompatible-shapes");
+        let err = check_linear(
+            (&[3, 4], DType::F32),
+            (&[4, 6], DType::F32),
+            Some((&[2, 6], DType::F32)),
+        )
+        .unwrap_err();
+        assert_eq!(err.key(), "incompatible-shapes");
+        let err = check_linear((&[3, 4], DType::F64), (&[4, 6], DType::F64), None).unwrap_err();
+        assert_eq!(err.key(), "unsupported-dtype");
+        let err = check_linear((&[0, 4], DType::F32), (&[4, 6], DType::F32), None).unwrap_err();
+        assert_eq!(err.key(), "empty");
+    }
+}

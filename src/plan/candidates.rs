@@ -1,0 +1,156 @@
+//! The fused nodes extraction chose, as candidates for steps, with their operands as window
+//! tensors.
+
+use crate::capture::{Lowered, OpKind, Window};
+use crate::kernel::Epilogue;
+use crate::rewrite::{CostModel, Saturated, TensorLang, is_no_bias};
+use burn_ir::TensorId;
+use egg::{Extractor, Id};
+use std::cmp::Reverse;
+use std::collections::HashSet;
+
+/// A fused node chosen by extraction, with its operands as window tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The output (a `mask_fill` / `mask_where` output, or a matmul's).
+    pub root: TensorId,
+    /// Left operand.
+    pub x: TensorId,
+    /// Right operand.
+    pub w: TensorId,
+    /// Bias.
+    pub bias: Option<TensorId>,
+    /// The gate of a relu backward.
+    pub gate: Option<TensorId>,
+    /// The window tensors equal to `x · w (+ bias)` before the activation (one of them is
+    /// the pattern's pre-activation); empty for relu's backward and a plain matmul.
+    pub linear: Vec<TensorId>,
+    /// The activation's scalar ids: its constants, then its run-time parameters.
+    pub scalars: Vec<u64>,
+    /// What is applied.
+    pub epilogue: Epilogue,
+    /// Extraction chose a `chain-*` node: the layer may join the launch of the layer that
+    /// produces `x`.
+    pub chained: bool,
+}
+
+impl Candidate {
+    pub(super) fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
+        [Some(self.x), Some(self.w), self.bias, self.gate]
+            .into_iter()
+            .flatten()
+    }
+}
+
+/// The roots whose cheapest term is a fused node: those with an activation first, then Linears
+/// alone, then plain matmuls (a smaller pattern inside a larger one is then an overlap), each
+/// group in window order, except that roots computing the same fused node come latest first.
+pub fn find_candidates(
+    window: &Window,
+    lowered: &Lowered,
+    saturated: &Saturated,
+) -> Vec<Candidate> {
+    let extractor = Extractor::new(&saturated.egraph, CostModel);
+    let egraph = &saturated.egraph;
+    let raw: Vec<_> = lowered
+        .roots
+        .iter()
+        .filter_map(|root| {
+            let node = extractor.find_best_node(lowered.class_of[root]);
+            let (epilogue, children) = node.fused()?;
+            let [x, w] = [children[0], children[1]];
+            // Relu's backward reads a gate where the others read a bias (or `no-bias`).
+            let third = children.get(2).copied();
+            let (bias, gate) = match epilogue {
+                Epilogue::ReluGrad => (None, third),
+                _ => (third.filter(|&b| !is_no_bias(egraph, b)), None),
+            };
+            // The class of the Linear the node applies its activation to (its pre-activation).
+            let linear = third
+                .filter(|_| epilogue != Epilogue::ReluGrad)
+                .and_then(|b| egraph.lookup(TensorLang::Linear([x, w, b])));
+            let scalars: Option<Vec<u64>> = children
+                .get(3..)
+                .unwrap_or_default()
+                .iter()
+                .map(|&class| scalar_id(egraph, class))
+                .collect();
+            let chained = node.is_chained();
+            Some((
+                *root,
+                epilogue,
+                [x, w],
+                [bias, gate],
+                linear,
+                scalars?,
+                chained,
+            ))
+        })
+        .collect();
+    let roots: HashSet<TensorId> = raw.iter().map(|(root, ..)| *root).collect();
+    // An operand class may hold several window tensors: prefer one that is certainly
+    // materialised (read from outside the window, or another match's output).
+    let tensor_of = |class| {
+        let tensors = lowered.find_tensors(egraph, class);
+        let is_leaf = |t: &TensorId| {
+            window.find_producer(*t).is_none_or(|p| {
+                matches!(window.ops()[p].kind, OpKind::Opaque | OpKind::Bookkeeping)
+            })
+        };
+        let leaf = tensors.iter().find(|t| is_leaf(t));
+        leaf.or_else(|| tensors.iter().find(|t| roots.contains(t)))
+            .or(tensors.first())
+            .copied()
+    };
+    let candidates: Vec<Candidate> = raw
+        .into_iter()
+        .filter_map(
+            |(root, epilogue, [x, w], [bias, gate], linear, scalars, chained)| {
+                // An absent operand stays absent; a present one must name a window tensor.
+                let optional =
+                    |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
+                Some(Candidate {
+                    root,
+                    x: tensor_of(x)?,
+                    w: tensor_of(w)?,
+                    bias: optional(bias)?,
+                    gate: optional(gate)?,
+                    linear: linear
+                        .map_or_else(Vec::new, |class| lowered.find_tensors(egraph, class)),
+                    scalars,
+                    epilogue,
+                    chained,
+                })
+            },
+        )
+        .collect();
+    // Roots given the same fused node (`relu(relu(..))` after `relu-idempotent`): the latest
+    // covers the most ops, so it is tried first, and the earlier ones only if it cannot be
+    // claimed (its intermediates are read elsewhere).
+    let same = |a: &Candidate, b: &Candidate| {
+        (a.x, a.w, a.bias, a.gate, a.epilogue, &a.scalars)
+            == (b.x, b.w, b.bias, b.gate, b.epilogue, &b.scalars)
+    };
+    // Larger patterns first: an activation, then a Linear alone, then a plain matmul.
+    let rank = |c: &Candidate| match (c.epilogue, c.bias) {
+        (Epilogue::Identity, Some(_)) => 1,
+        (Epilogue::Identity, None) => 2,
+        _ => 0,
+    };
+    let order: Vec<(u8, usize, Reverse<usize>)> = (candidates.iter().enumerate())
+        .map(|(i, c)| {
+            let group = candidates.iter().position(|d| same(c, d)).unwrap_or(i);
+            (rank(c), group, Reverse(i))
+        })
+        .collect();
+    let mut ordered: Vec<_> = order.into_iter().zip(candidates).collect();
+    ordered.sort_by_key(|(key, _)| *key);
+    ordered.into_iter().map(|(_, c)| c).collect()
+}
+
+fn scalar_id(egraph: &crate::rewrite::TensorGraph, class: Id) -> Option<u64> {
+    egraph[class].nodes.iter().find_map(|node| match node {
+        TensorLang::Scalar(leaf) => Some(leaf.0),
+        _ => None,
+    })
+}

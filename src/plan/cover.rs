@@ -1,0 +1,238 @@
+//! Which block ops a candidate covers, where in the block its step can run, and the bias
+//! gradients summed from its output.
+
+use super::{BiasGrad, Candidate, Reason, TensorRef};
+use crate::capture::{OpKind, Window};
+use crate::kernel::Epilogue;
+use burn_ir::{TensorId, TensorStatus};
+use std::collections::{BTreeSet, HashSet};
+
+/// A candidate with the block ops it covers.
+pub(super) struct Covered {
+    pub(super) candidate: Candidate,
+    pub(super) ops: BTreeSet<usize>,
+    pub(super) pre: Option<TensorId>,
+    /// The matmul side of the bias add and the covered ops computing it.
+    pub(super) matmul_out: TensorId,
+    pub(super) matmul_ops: BTreeSet<usize>,
+    /// The block position the step runs at (see [`position`]).
+    pub(super) position: usize,
+    /// The bias gradient summed from the step's output, if it produces one.
+    pub(super) bias_grad: Option<BiasGrad>,
+}
+
+impl Covered {
+    pub(super) fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.candidate.operands()
+    }
+
+    pub(super) fn intermediates<'a>(
+        &'a self,
+        window: &'a Window,
+    ) -> impl Iterator<Item = TensorId> + 'a {
+        self.ops
+            .iter()
+            .map(|&i| window.ops()[i].out().id)
+            .filter(|t| *t != self.candidate.root && Some(*t) != self.pre)
+    }
+}
+
+/// The window ops computing `from` out of `operands`.
+fn producers(
+    window: &Window,
+    from: TensorId,
+    operands: &HashSet<TensorId>,
+) -> Result<BTreeSet<usize>, Reason> {
+    let mut ops = BTreeSet::new();
+    let mut stack = vec![from];
+    while let Some(tensor) = stack.pop() {
+        if operands.contains(&tensor) {
+            continue;
+        }
+        let producer = window
+            .find_producer(tensor)
+            .ok_or(Reason::InputNotMaterialized)?;
+        if !window.ops()[producer].kind.is_lowered() {
+            return Err(Reason::InputNotMaterialized);
+        }
+        if ops.insert(producer) {
+            stack.extend(window.ops()[producer].inputs.iter().map(|t| t.id));
+        }
+    }
+    Ok(ops)
+}
+
+/// The earliest block position a step covering `ops` can run at: after every operand's producer,
+/// and after every other reader of an operand that the step frees (its last reader).
+fn position(window: &Window, candidate: &Candidate, ops: &BTreeSet<usize>) -> usize {
+    let ops_list: Vec<usize> = ops.iter().copied().collect();
+    let produced = candidate
+        .operands()
+        .filter_map(|t| window.find_producer(t))
+        .map(|p| p + 1);
+    let released = candidate
+        .operands()
+        .filter(|&t| window.find_last_status(t, &ops_list) == Some(TensorStatus::ReadWrite))
+        .flat_map(|t| window.find_readers(t).collect::<Vec<_>>())
+        .filter(|i| !ops.contains(i))
+        .map(|i| i + 1);
+    produced.chain(released).max().unwrap_or(0)
+}
+
+/// The ops between `candidate`'s operands and its root, and the pre-activation to keep.
+///
+/// A bias whose row view (its reshape in the block) lives on after the block is read as that
+/// view: the reshape stays Burn's op, run before the step. That is a Linear's bias the second
+/// time a model runs it, when `backend::bias` keeps the view for the forwards after.
+pub(super) fn cover(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
+    match cover_ops(window, candidate) {
+        Err(Reason::KeepsIntermediate) => match kept_bias_view(window, candidate) {
+            Some(view) => cover_ops(
+                window,
+                &Candidate {
+                    bias: Some(view),
+                    ..candidate.clone()
+                },
+            ),
+            None => Err(Reason::KeepsIntermediate),
+        },
+        covered => covered,
+    }
+}
+
+/// The row view of `candidate`'s bias that the window makes (its reshape, which the
+/// candidate's add reads: the rewrite checked it is a row) and keeps after it.
+fn kept_bias_view(window: &Window, candidate: &Candidate) -> Option<TensorId> {
+    let bias = candidate.bias?;
+    let operands: HashSet<TensorId> = candidate.operands().collect();
+    let ops = producers(window, candidate.root, &operands).ok()?;
+    let view = (ops.iter().map(|&i| &window.ops()[i]))
+        .find(|op| op.kind == OpKind::Reshape && op.inputs.first().is_some_and(|t| t.id == bias))?
+        .out()
+        .id;
+    let readers: Vec<usize> = window.find_readers(view).collect();
+    (window.find_last_status(view, &readers) == Some(TensorStatus::ReadOnly)).then_some(view)
+}
+
+fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> {
+    let operands: HashSet<TensorId> = candidate.operands().collect();
+    let ops = producers(window, candidate.root, &operands)?;
+    let ops_list: Vec<usize> = ops.iter().copied().collect();
+    let through_matmul = |t: TensorId| {
+        let chain = producers(window, t, &operands).ok()?;
+        let has_matmul = chain
+            .iter()
+            .any(|&i| window.ops()[i].kind == OpKind::Matmul);
+        has_matmul.then_some((t, chain))
+    };
+    let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
+        // The mask fill's tensor input is the matmul side.
+        Epilogue::ReluGrad => {
+            let fill = window
+                .find_producer(candidate.root)
+                .ok_or(Reason::NoMatch)?;
+            let side = through_matmul(window.ops()[fill].inputs[0].id);
+            (None, side.ok_or(Reason::NoMatch)?)
+        }
+        Epilogue::Identity if candidate.bias.is_none() => (None, (candidate.root, ops.clone())),
+        // A Linear: its output (computed by a covered op) is the pre-activation. With a bias,
+        // the matmul side is the bias add's input computed through a matmul.
+        _ => {
+            let linear = (candidate.linear.iter())
+                .find(|t| window.find_producer(**t).is_some_and(|p| ops.contains(&p)))
+                .copied()
+                .ok_or(Reason::NoMatch)?;
+            let side = match candidate.bias {
+                Some(_) => {
+                    let add = window.find_producer(linear).ok_or(Reason::NoMatch)?;
+                    let add = &window.ops()[add];
+                    (add.kind == OpKind::Add)
+                        .then(|| add.inputs.iter().find_map(|t| through_matmul(t.id)))
+                        .flatten()
+                }
+                None => through_matmul(linear),
+            };
+            let pre = (linear != candidate.root).then_some(linear);
+            (pre, side.ok_or(Reason::NoMatch)?)
+        }
+    };
+    for &index in &ops {
+        let value = window.ops()[index].out().id;
+        if value == candidate.root {
+            continue;
+        }
+        let read_outside = window
+            .find_readers(value)
+            .any(|reader| !ops.contains(&reader));
+        let kept = window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly);
+        if (read_outside || kept) && Some(value) != pre {
+            return Err(Reason::KeepsIntermediate);
+        }
+    }
+    let pre_kept = pre.filter(|&p| {
+        window.find_readers(p).any(|reader| !ops.contains(&reader))
+            || window.find_last_status(p, &ops_list) == Some(TensorStatus::ReadOnly)
+    });
+    Ok(Covered {
+        position: position(window, candidate, &ops),
+        candidate: candidate.clone(),
+        ops,
+        pre: pre_kept,
+        matmul_out,
+        matmul_ops,
+        bias_grad: None,
+    })
+}
+
+/// The `sum_dim` ops that sum `root` (a relu-backward step's output) over every dim but the
+/// last, if the block has them: one per leading dim, in order, each intermediate sum read only
+/// by the next and freed by it, so only the last one's output lives on.
+pub(super) fn find_bias_grad(window: &Window, root: TensorId) -> Option<BiasGrad> {
+    // Its rank from the op that makes it, or (an operand made before the window) a reader.
+    let rank = match window.find_producer(root) {
+        Some(producer) => window.ops()[producer].out().shape.len(),
+        None => window
+            .find_readers(root)
+            .flat_map(|i| window.ops()[i].inputs.iter())
+            .find(|t| t.id == root)?
+            .shape
+            .len(),
+    };
+    let mut ops = Vec::new();
+    let mut reads = Vec::new();
+    let mut summed = root;
+    for axis in 0..rank.checked_sub(1)? {
+        let mut readers = window.find_readers(summed);
+        let sum = if axis == 0 {
+            readers.find(|&i| window.ops()[i].kind == OpKind::SumDim { axis })?
+        } else {
+            let only = readers.next()?;
+            let freed = window.find_last_status(summed, &[only]) == Some(TensorStatus::ReadWrite);
+            if readers.next().is_some() || !freed {
+                return None;
+            }
+            (window.ops()[only].kind == OpKind::SumDim { axis }).then_some(only)?
+        };
+        ops.push(sum);
+        reads.push(TensorRef {
+            id: summed,
+            status: window.find_last_status(summed, &[sum])?,
+        });
+        summed = window.ops()[sum].out().id;
+    }
+    Some(BiasGrad {
+        out: summed,
+        ops,
+        reads,
+        of_rhs: false,
+    })
+}
+
+/// The `sum_dim` ops of the steps' bias gradients.
+pub(super) fn bias_grad_ops(accepted: &[Covered]) -> BTreeSet<usize> {
+    accepted
+        .iter()
+        .filter_map(|a| a.bias_grad.as_ref())
+        .flat_map(|grad| grad.ops.iter().copied())
+        .collect()
+}

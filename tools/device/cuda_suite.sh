@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The whole test suite built with `--features cuda`, run on a GPU machine in chunks that each
+# end inside the device tool's 10-minute limit (book: Troubleshooting, "Running the tests on
+# CUDA").
+#
+#   tools/device/cuda_suite.sh build            here: build every test binary, pack .device/suite.tgz
+#   tools/device/cuda_suite.sh list             the chunks, in order
+#   tools/device/cuda_suite.sh run [CHUNK ...]  on the GPU machine, from the repo root: the chunks
+#                                        named, in that order (all, in list order, if none);
+#                                        CHUNK@VAR=VALUE adds a variable; one line per chunk
+#
+# `run` unpacks .device/suite.tgz, restores CubeCL's autotune/PTX caches from
+# .device/cache.tar.xz (tools/device/device_cache.sh), runs each chunk with `--test-threads=1
+# --nocapture` (a chunk stopped by its limit shows how far it got) under
+# `timeout $CHUNK_TIMEOUT` (default 480 s: a 10-minute call also restores and saves the
+# caches), appends its output to $OUT/suite.log (or .device/suite.log) and saves the caches to
+# $OUT/cache.tar.xz: copy that to .device/ here for the next call (check it with `xz -t`).
+# PROPTEST_CASES sets the property tests' case count (default: each test's); JOBS=N runs N
+# chunks at once (default 1, in order).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+
+# name|binary|libtest arguments|environment, the slowest first (with JOBS > 1 they start
+# first). `lib-rest` skips what the other lib chunks run, so a new suite module runs there
+# without being listed. The wgmma reference tests compile a kernel per tiling and case (NVRTC,
+# seconds each): HYPATIA_TEST_SHARD splits their tilings over processes. Each backward property
+# case is a new shape that a cold process compiles and autotunes for one to three minutes: those
+# suites run as processes of a few cases each, each from its own seed.
+LIB_CHUNKS="suite::train suite::mlp suite::sync suite::race suite::replay suite::activations
+suite::kernel suite::long_run suite::property_tests"
+chunks() {
+  local skips=""
+  for m in $LIB_CHUNKS; do skips="$skips --skip $m"; done
+  cat <<EOF
+hopper-bf16-0|hopper|--exact wgmma_linear_matches_f64_reference_bf16|HYPATIA_TEST_SHARD=0/2
+hopper-bf16-1|hopper|--exact wgmma_linear_matches_f64_reference_bf16|HYPATIA_TEST_SHARD=1/2
+hopper-f16-0|hopper|--exact wgmma_linear_matches_f64_reference_f16|HYPATIA_TEST_SHARD=0/2
+hopper-f16-1|hopper|--exact wgmma_linear_matches_f64_reference_f16|HYPATIA_TEST_SHARD=1/2
+hopper-tf32-0|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TEST_SHARD=0/2
+hopper-tf32-1|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TEST_SHARD=1/2
+half_f16-prop-forward|half_f16|--exact forward_properties_hold_in_f16
+half_bf16-prop-forward|half_bf16|--exact forward_properties_hold_in_bf16
+half_f16-prop-backward-0|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
+half_f16-prop-backward-1|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
+half_f16-prop-backward-2|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
+half_bf16-prop-backward-0|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
+half_bf16-prop-backward-1|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
+half_bf16-prop-backward-2|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
+lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=1
+lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
+half_f16-prop-chains|half_f16|--exact chain_properties_hold_in_f16
+half_bf16-prop-chains|half_bf16|--exact chain_properties_hold_in_bf16
+hopper|hopper|--skip wgmma_linear_matches_f64_reference
+half_f16|half_f16|--skip properties_hold
+half_bf16|half_bf16|--skip properties_hold
+lib-train|lib|suite::train
+lib-long-run|lib|suite::long_run
+lib-prop-forward|lib|suite::property_tests::forward
+lib-rest|lib|$skips
+lib-mlp|lib|suite::mlp suite::sync suite::race suite::replay
+lib-kernels|lib|suite::activations suite::kernel
+lib-prop-chains|lib|suite::property_tests::mlp_chains
+startup|startup|
+unit|hypatia|
+EOF
+}
+
+build() {
+  set -e
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hypatia-cuda}
+  mkdir -p .device/suite
+  # Compiler messages go to the terminal; the artifacts' paths, from cargo's JSON, to Python.
+  set -o pipefail
+  cargo test --release --features cuda --lib --tests --no-run --message-format=json-render-diagnostics | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        shutil.copy(m["executable"], ".device/suite/" + m["target"]["name"])
+'
+  cp tools/device/cubecl.toml .device/suite/
+  strip .device/suite/* 2>/dev/null || true
+  tar czf .device/suite.tgz -C .device suite && rm -rf .device/suite
+  ls -la .device/suite.tgz
+}
+
+# One chunk: its libtest run under `timeout`, its output to $LOGS/NAME.log, one line to stdout.
+run_chunk() {
+  local name=$1 bin=$2 args=$3 vars=$4 start=$SECONDS
+  # shellcheck disable=SC2086 # the filters and variables are separate words
+  (cd .device/suite && env $vars timeout "$LIMIT" "./$bin" --test-threads=1 --nocapture $args) \
+    >"$LOGS/$name.log" 2>&1
+  local rc=$? summary
+  summary=$(grep -E '^test result' "$LOGS/$name.log" | tail -1 | sed 's/test result: //; s/; finished.*//')
+  if [ "$rc" -eq 0 ]; then
+    echo "$name: PASS $summary ($((SECONDS - start)) s)"
+  else
+    [ "$rc" -eq 124 ] && summary="stopped at ${LIMIT} s"
+    echo "$name: FAIL rc=$rc $summary ($((SECONDS - start)) s)"
+    grep -E '^test .* FAILED$|panicked at' "$LOGS/$name.log" | head -8 | sed 's/^/    /'
+  fi
+  return "$rc"
+}
+
+run() {
+  LIMIT=${CHUNK_TIMEOUT:-480}
+  LOGS=$(mktemp -d)
+  local log=${OUT:-$ROOT/.device}/suite.log jobs=${JOBS:-1} names=() failed=0
+  tar xzf .device/suite.tgz -C .device
+  bash tools/device/device_cache.sh restore
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+  [ "$#" -gt 0 ] || set -- $(chunks | cut -d'|' -f1)
+  for want in "$@"; do
+    # NAME@VAR=VALUE runs chunk NAME with one more variable (e.g. lib-kernels@HYPATIA_WGMMA=tf32).
+    local base=${want%%@*} extra="" line name bin args vars
+    [[ "$want" != *@* ]] || extra=${want#*@}
+    if ! line=$(chunks | grep -m1 "^$base|"); then
+      echo "$want: FAIL no such chunk (tools/device/cuda_suite.sh list)"
+      failed=1
+      continue
+    fi
+    IFS='|' read -r name bin args vars <<<"$line"
+    names+=("$want")
+    # JOBS > 1 runs that many chunks at once (separate processes on one GPU; CubeCL's cache
+    # files are safe across processes): for correctness runs, never for timings.
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+    run_chunk "$want" "$bin" "$args" "$vars $extra" &
+  done
+  while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+  for name in "${names[@]}"; do
+    echo "=== $name" && cat "$LOGS/$name.log"
+  done >>"$log"
+  rm -rf "$LOGS"
+  [ -z "${OUT:-}" ] || bash tools/device/device_cache.sh save >/dev/null
+  return $failed
+}
+
+case "${1:-}" in
+  build) build ;;
+  list) chunks | tr '|' '\t' ;;
+  run) shift; run "$@" ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
+esac

@@ -1,0 +1,43 @@
+#!/bin/bash
+# burn-train's Learner on the device machine: one-GPU throughput of Hypatia and Burn, and
+# burn-train's multi-device strategies. Run from the repo root there, with .device/learner.tgz
+# (BINS=train_multi_gpu FEATURES=cuda,distributed PACK=learner.tgz
+# tools/device/pack_device.sh, here) and, if carried, .device/cache.tar.xz (tools/device/device_cache.sh).
+#
+# RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH` (batch per device), e.g.
+# `hypatia:single:1:8192 burn:ddp:2:8192`; DTYPE (bf16), EPOCHS (3), HIDDEN (4096), FEATURES
+# and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the synthetic set
+# holds STEPS × 8192 samples whatever the batch), RUN_TIMEOUT (300 s). Each run's output goes
+# to $OUT/RUN.txt; a table of the last epoch's samples/s and every epoch's train loss is
+# printed last. NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for
+# runs side by side on other GPUs (CUDA_VISIBLE_DEVICES) after one setup.
+set -u
+ROOT=$(pwd)
+if [ -z "${NO_SETUP:-}" ]; then
+  tar xzf .device/learner.tgz -C .device
+  bash tools/device/device_cache.sh restore
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+fi
+# cudarc loads NCCL at run time: PyTorch's wheel carries it. NVLink multicast stays off.
+NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH="${NCCL_LIB:+$NCCL_LIB:}${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
+cd .device
+samples=$(( ${STEPS:-64} * 8192 ))
+table=""
+for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
+  IFS=: read -r backend strategy devices batch <<<"$run"
+  tag=$(echo "$run" | tr ':' '-')
+  timeout "${RUN_TIMEOUT:-300}" ./train_multi_gpu --backend "$backend" --strategy "$strategy" \
+    --devices "$devices" --batch-size "$batch" --dtype "${DTYPE:-bf16}" --data synthetic \
+    --features "${FEATURES:-1024}" --classes "${CLASSES:-1024}" --hidden "${HIDDEN:-4096}" \
+    --samples "$samples" --epochs "${EPOCHS:-3}" --cli --artifact-dir "/tmp/learner-$tag" \
+    >"$OUT/$tag.txt" 2>&1 || echo "$run: stopped (rc $?), see $tag.txt"
+  # The report's rows: epoch, train loss, valid loss, valid accuracy, samples/s.
+  rows=$(awk '/^epoch  train-loss/{on=1; next} on && /^ +[0-9]+ /{print}' "$OUT/$tag.txt")
+  losses=$(echo "$rows" | awk '{printf "%s ", $2}')
+  rate=$(echo "$rows" | tail -1 | awk '{print $5}')
+  table+="$(printf '%-28s %10s   %s' "$run" "${rate:-?}" "$losses")"$'\n'
+done
+echo "== ${DTYPE:-bf16}, hidden ${HIDDEN:-4096}, $samples samples/epoch; last epoch's samples/s, train loss per epoch"
+printf '%s' "$table"
+[ -n "${NO_SAVE:-}" ] || (cd "$ROOT" && bash tools/device/device_cache.sh save >/dev/null)
