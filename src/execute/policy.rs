@@ -92,8 +92,11 @@ pub fn choose_chain<R: Runtime>(
         ChainPolicy::Never => false,
         ChainPolicy::Auto => {
             config.execution == ExecutionPolicy::Auto
-                && Profile::for_device(has_matrix_units(client, chain.dtype), config)
-                    .prefers_chain(chain)
+                && Profile::for_device(
+                    has_matrix_units(client, chain.dtype),
+                    config.profile.as_deref(),
+                )
+                .prefers_chain(chain)
         }
     }
 }

@@ -173,7 +173,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             let profile = *self.profile.get_or_init(|| {
                 let matrix_units = (context.handles.get_handle_ref(&x.id))
                     .is_some_and(|handle| has_matrix_units(&handle.client, x.dtype));
-                Profile::for_device(matrix_units, &config())
+                Profile::for_device(matrix_units, config().profile.as_deref())
             });
             total += profile.gpu_time(m, k, n, x.dtype);
         }

@@ -30,12 +30,11 @@
 //! assert!(profile.chain_time(&grid) < profile.layers_time(&grid));
 //! ```
 
-use crate::config::HypatiaConfig;
 use crate::kernel::{ChainProblem, grid_item};
 use burn_backend::DType;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 /// Measured costs of one device (times in microseconds, rates per microsecond).
@@ -115,17 +114,18 @@ impl Profile {
         }
     }
 
-    /// The profile in force for a device with (`matrix_units`) or without tensor cores: the
-    /// file `config.profile` names if it reads (each file read once), else the built-in one.
-    pub fn for_device(matrix_units: bool, config: &HypatiaConfig) -> &'static Profile {
+    /// The profile in force for a device with (`matrix_units`) or without tensor cores: `file`
+    /// (the configuration's `profile` key) if it reads (each file read once), else the
+    /// built-in one.
+    pub fn for_device(matrix_units: bool, file: Option<&Path>) -> &'static Profile {
         type Files = Mutex<HashMap<PathBuf, Option<&'static Profile>>>;
         static FILES: OnceLock<Files> = OnceLock::new();
         static HOPPER: OnceLock<Profile> = OnceLock::new();
         static LAVAPIPE: OnceLock<Profile> = OnceLock::new();
-        let file = config.profile.as_ref().and_then(|path| {
+        let file = file.and_then(|path| {
             let mut files =
                 (FILES.get_or_init(Default::default).lock()).unwrap_or_else(|e| e.into_inner());
-            *files.entry(path.clone()).or_insert_with(|| {
+            *files.entry(path.to_path_buf()).or_insert_with(|| {
                 match std::fs::read_to_string(path)
                     .map_err(|e| e.to_string())
                     .and_then(|text| serde_json::from_str(&text).map_err(|e| e.to_string()))

@@ -162,7 +162,7 @@ fn auto_flushes_only_blocks_predicted_to_keep_the_device_busy() {
     let client = <Runtime as cubecl::Runtime>::client(&device);
     let profile = Profile::for_device(
         has_matrix_units(&client, DType::F32),
-        &hypatia::config::config(),
+        hypatia::config::config().profile.as_deref(),
     );
     let predicted = |s: usize| profile.gpu_time(s, s, s, DType::F32);
     // Square Linear + ReLU layers well clear of the threshold on this device's profile: a
