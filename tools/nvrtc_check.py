@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Compiles the hand-written CUDA kernels as CubeCL does, without a GPU: every configuration
+of the Hopper kernel the engine offers and a spread of MLP-chain configurations, each written
+by `examples/cuda_source.rs`, through NVRTC for sm_90a, then assembled by ptxas.
+
+Setup (here, once): the NVRTC, runtime-header and ptxas wheels from PyPI, unpacked:
+    pip download --no-deps -d /tmp/nv nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12
+    (cd /tmp/nv && for w in *.whl; do unzip -qo "$w" -d x; done)
+    cargo build --release --features cuda --example cuda_source
+Usage: python3 tools/nvrtc_check.py [--cuda /tmp/nv/x/nvidia] [--gen target/release/examples/cuda_source]
+Prints one line per failing configuration and a count; exits 1 on any failure.
+"""
+import argparse
+import ctypes
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def nvrtc_ptx(lib, include, source):
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"k.cu", 0, None, None) == 0
+    # CubeCL's options (cubecl-cuda's compute/context.rs).
+    opts = [b"--gpu-architecture=sm_90a", f"--include-path={include}".encode(), b"-lineinfo"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    if rc != 0:
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        return None, log.value.decode()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, ptx)
+    return ptx.value.decode(), ""
+
+
+def configurations():
+    # The engine's tilings (WGMMA_TILINGS, WGMMA_TF32_TILINGS, WGMMA_FORCED_TILINGS):
+    # bn, rows, ping-pong, stages, group_m, persistent, TMA store, store columns.
+    tilings = [(256, 128, 0, 4, 16, 1, 1, 128), (256, 128, 0, 4, 1, 0, 0, 256),
+               (128, 128, 0, 6, 16, 1, 0, 128), (192, 128, 1, 4, 16, 1, 1, 192),
+               (256, 128, 0, 3, 16, 1, 1, 128), (192, 128, 1, 4, 16, 1, 1, 64),
+               (256, 128, 0, 3, 16, 1, 1, 256), (256, 64, 1, 4, 16, 1, 1, 128)]
+    acts = ["none", "relu", "gelu", "gelu-tanh", "silu", "leaky-relu", "clamp"]
+    for (bn, rows, pp, st, gm, pers, tma, store), dtype, act, (a, b) in itertools.product(
+            tilings, ["bf16", "f16", "f32"], acts, [(0, 0), (1, 0), (0, 1), (1, 1)]):
+        # TF32 wgmma reads K-major operands only (the host copies the others K-major).
+        if dtype == "f32" and (a, b) != (0, 1):
+            continue
+        # Every activation on the first tiling; the others with relu and none.
+        if tilings.index((bn, rows, pp, st, gm, pers, tma, store)) and act not in ("none", "relu"):
+            continue
+        args = ["wgmma", "--dtype", dtype, "--bn", str(bn), "--rows", str(rows), "--stages",
+                str(st), "--group-m", str(gm), "--store-cols", str(store), "--act", act]
+        args += ["--pingpong"] * pp + ["--not-persistent"] * (1 - pers) + ["--tma-store"] * tma
+        args += ["--a-m-major"] * a + ["--b-k-major"] * b
+        yield args
+    for dtype, (rows, mma) in itertools.product(["bf16", "f16", "f32"],
+                                                 [(1, 0), (4, 0), (8, 0), (16, 1), (32, 1)]):
+        if mma and dtype == "f32":
+            continue
+        vector = "4,4,2" if dtype == "f32" else "8,8,2"
+        yield ["chain", "--dtype", dtype, "--rows", str(rows), "--vector", vector] + ["--mma"] * mma
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cuda", default="/tmp/nv/x/nvidia")
+    parser.add_argument("--gen", default=os.path.join(
+        os.environ.get("CARGO_TARGET_DIR", "target"), "release/examples/cuda_source"))
+    args = parser.parse_args()
+    lib = ctypes.CDLL(os.path.join(args.cuda, "cuda_nvrtc/lib/libnvrtc.so.12"))
+    include = os.path.join(args.cuda, "cuda_runtime/include")
+    ptxas = os.path.join(args.cuda, "cuda_nvcc/bin/ptxas")
+    failed = total = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for config in configurations():
+            total += 1
+            source = subprocess.run([args.gen] + config, capture_output=True, text=True,
+                                    check=True).stdout
+            ptx, log = nvrtc_ptx(lib, include, source)
+            if ptx is not None:
+                path = os.path.join(tmp, "k.ptx")
+                with open(path, "w") as f:
+                    f.write(ptx)
+                run = subprocess.run([ptxas, "-arch=sm_90a", path, "-o", path + ".cubin"],
+                                     capture_output=True, text=True)
+                log = "" if run.returncode == 0 else "ptxas: " + run.stderr
+            if log:
+                failed += 1
+                print(" ".join(config), "\n   ", log.strip()[:400])
+    print(f"{total - failed} of {total} configurations compile for sm_90a")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
