@@ -45,19 +45,21 @@ def configurations():
                (256, 128, 0, 3, 16, 1, 1, 128), (192, 128, 1, 4, 16, 1, 1, 64),
                (256, 128, 0, 3, 16, 1, 1, 256), (256, 64, 1, 4, 16, 1, 1, 128)]
     acts = ["none", "relu", "gelu", "gelu-tanh", "silu", "leaky-relu", "clamp"]
-    for (bn, rows, pp, st, gm, pers, tma, store), dtype, act, (a, b) in itertools.product(
-            tilings, ["bf16", "f16", "f32"], acts, [(0, 0), (1, 0), (0, 1), (1, 1)]):
-        # TF32 wgmma reads K-major operands only (the host copies the others K-major).
-        if dtype == "f32" and (a, b) != (0, 1):
-            continue
-        # Every activation on the first tiling; the others with relu and none.
-        if tilings.index((bn, rows, pp, st, gm, pers, tma, store)) and act not in ("none", "relu"):
-            continue
-        args = ["wgmma", "--dtype", dtype, "--bn", str(bn), "--rows", str(rows), "--stages",
-                str(st), "--group-m", str(gm), "--store-cols", str(store), "--act", act]
-        args += ["--pingpong"] * pp + ["--not-persistent"] * (1 - pers) + ["--tma-store"] * tma
-        args += ["--a-m-major"] * a + ["--b-k-major"] * b
-        yield args
+    layouts = [(0, 0), (1, 0), (0, 1), (1, 1)]
+    for i, (bn, rows, pp, st, gm, pers, tma, store) in enumerate(tilings):
+        for dtype, act, (a, b) in itertools.product(["bf16", "f16", "f32"], acts, layouts):
+            # TF32 wgmma reads K-major operands only (the host copies the others K-major).
+            if dtype == "f32" and (a, b) != (0, 1):
+                continue
+            # Every activation and layout on the first tiling in bf16; elsewhere ReLU, with
+            # the forward's and the backward's layouts.
+            if (i or dtype != "bf16") and (act != "relu" or (a, b) not in [(0, 0), (0, 1)]):
+                continue
+            args = ["wgmma", "--dtype", dtype, "--bn", str(bn), "--rows", str(rows), "--stages",
+                    str(st), "--group-m", str(gm), "--store-cols", str(store), "--act", act]
+            args += ["--pingpong"] * pp + ["--not-persistent"] * (1 - pers)
+            args += ["--tma-store"] * tma + ["--a-m-major"] * a + ["--b-k-major"] * b
+            yield args
     for dtype, (rows, mma) in itertools.product(["bf16", "f16", "f32"],
                                                  [(1, 0), (4, 0), (8, 0), (16, 1), (32, 1)]):
         if mma and dtype == "f32":
