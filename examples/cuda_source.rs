@@ -12,7 +12,9 @@ use burn::tensor::DType;
 use clap::{Parser, Subcommand, ValueEnum};
 use hypatia::kernel::Activation;
 use hypatia::kernel::chain::grid::GridSource;
-use hypatia::kernel::hopper::{WgmmaElem, WgmmaSource, WgmmaTiling};
+use hypatia::kernel::hopper::{
+    WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, WgmmaElem, WgmmaSource, WgmmaTiling,
+};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -67,12 +69,25 @@ impl Act {
     }
 }
 
+/// Every tiling the engine offers (tuned, TF32, forced), one name a line.
+fn tilings() -> impl Iterator<Item = WgmmaTiling> {
+    WGMMA_TILINGS
+        .into_iter()
+        .chain(WGMMA_TF32_TILINGS)
+        .chain(WGMMA_FORCED_TILINGS)
+}
+
 #[derive(Subcommand)]
 enum Kernel {
+    /// The names of the engine's Hopper tilings, for `wgmma --tiling`.
+    Tilings,
     /// The Hopper `wgmma` kernel (`src/kernel/hopper/wgmma_linear.cu`).
     Wgmma {
         #[arg(long, value_enum, default_value = "bf16")]
         dtype: Dtype,
+        /// One of the engine's tilings by name (`tilings`), in place of the geometry flags.
+        #[arg(long)]
+        tiling: Option<String>,
         /// Columns per tile.
         #[arg(long, default_value_t = 256)]
         bn: u32,
@@ -142,8 +157,10 @@ fn main() {
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
     });
     let source = match args.kernel {
+        Kernel::Tilings => tilings().map(|t| t.name() + "\n").collect(),
         Kernel::Wgmma {
             dtype,
+            tiling: named,
             bn,
             rows,
             pingpong,
@@ -156,8 +173,11 @@ fn main() {
             a_m_major,
             b_k_major,
         } => {
-            let source = WgmmaSource {
-                tiling: WgmmaTiling {
+            let tiling = match named {
+                Some(name) => tilings()
+                    .find(|t| t.name() == name)
+                    .unwrap_or_else(|| panic!("no tiling named {name:?} (see `tilings`)")),
+                None => WgmmaTiling {
                     rows,
                     bn,
                     pingpong,
@@ -167,6 +187,9 @@ fn main() {
                     tma_store,
                     store_cols: store_cols.unwrap_or(bn),
                 },
+            };
+            let source = WgmmaSource {
+                tiling,
                 elem: WgmmaElem::of(dtype.burn()).expect("every dtype here has a wgmma"),
                 a_m_major,
                 b_k_major,

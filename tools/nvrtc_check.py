@@ -37,16 +37,13 @@ def nvrtc_ptx(lib, include, source):
     return ptx.value.decode(), ""
 
 
-def configurations():
-    # The engine's tilings (WGMMA_TILINGS, WGMMA_TF32_TILINGS, WGMMA_FORCED_TILINGS):
-    # bn, rows, ping-pong, stages, group_m, persistent, TMA store, store columns.
-    tilings = [(256, 128, 0, 4, 16, 1, 1, 128), (256, 128, 0, 4, 1, 0, 0, 256),
-               (128, 128, 0, 6, 16, 1, 0, 128), (192, 128, 1, 4, 16, 1, 1, 192),
-               (256, 128, 0, 3, 16, 1, 1, 128), (192, 128, 1, 4, 16, 1, 1, 64),
-               (256, 128, 0, 3, 16, 1, 1, 256), (256, 64, 1, 4, 16, 1, 1, 128)]
+def configurations(gen):
+    # The engine's tilings, by name, from the crate itself.
+    names = subprocess.run([gen, "tilings"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
     acts = ["none", "relu", "gelu", "gelu-tanh", "silu", "leaky-relu", "clamp"]
     layouts = [(0, 0), (1, 0), (0, 1), (1, 1)]
-    for i, (bn, rows, pp, st, gm, pers, tma, store) in enumerate(tilings):
+    for i, name in enumerate(names):
         for dtype, act, (a, b) in itertools.product(["bf16", "f16", "f32"], acts, layouts):
             # TF32 wgmma reads K-major operands only (the host copies the others K-major).
             if dtype == "f32" and (a, b) != (0, 1):
@@ -55,11 +52,8 @@ def configurations():
             # the forward's and the backward's layouts.
             if (i or dtype != "bf16") and (act != "relu" or (a, b) not in [(0, 0), (0, 1)]):
                 continue
-            args = ["wgmma", "--dtype", dtype, "--bn", str(bn), "--rows", str(rows), "--stages",
-                    str(st), "--group-m", str(gm), "--store-cols", str(store), "--act", act]
-            args += ["--pingpong"] * pp + ["--not-persistent"] * (1 - pers)
-            args += ["--tma-store"] * tma + ["--a-m-major"] * a + ["--b-k-major"] * b
-            yield args
+            args = ["wgmma", "--dtype", dtype, "--tiling", name, "--act", act]
+            yield args + ["--a-m-major"] * a + ["--b-k-major"] * b
     for dtype, (rows, mma) in itertools.product(["bf16", "f16", "f32"],
                                                  [(1, 0), (4, 0), (8, 0), (16, 1), (32, 1)]):
         if mma and dtype == "f32":
@@ -79,7 +73,7 @@ def main():
     ptxas = os.path.join(args.cuda, "cuda_nvcc/bin/ptxas")
     failed = total = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for config in configurations():
+        for config in configurations(args.gen):
             total += 1
             source = subprocess.run([args.gen] + config, capture_output=True, text=True,
                                     check=True).stdout

@@ -14,7 +14,8 @@ DEFAULT_CASES="8192:1024:4096:pre:1:0:0 8192:4096:4096:pre:1:0:0 8192:4096:1024:
 8192:1024:4096:gated:0:0:1 4096:8192:1024:none:0:1:0 8192:4096:4096:gated:0:0:1
 4096:8192:4096:none:0:1:0 1024:8192:4096:none:0:1:0 2048:2048:2048:bias:1:0:0
 8192:4096:4096:bias:1:0:0"
-# The autotuned wide tiling (WGMMA_TILINGS[0]).
+# The autotuned wide tiling, `wgmma 128x256 s4 g16 persistent tma-store/128` (names have spaces,
+# which VARIANTS cannot carry: its flags, as `cuda_source tilings` lists the engine's).
 VARIANTS=${VARIANTS:-"base:-:--bn,256,--stages,4,--store-cols,128,--tma-store"}
 CASES=${CASES:-$DEFAULT_CASES}
 [ -x .device/cuda_source ] || tar xzf .device/bins.tgz -C .device cuda_source
