@@ -38,6 +38,9 @@
 //! forward every op (to burn-fusion, and from it to the inner `CubeBackend`), [`host`] how the
 //! caller's, burn-fusion's and CubeCL's threads hand work to each other, [`config`] every
 //! setting (`hypatia.toml`, `HYPATIA_*`), and [`stats()`] tells what was fused and why not.
+//! Imports go one way, from [`backend`] and [`runtime`] down the stages to [`config`], which
+//! imports nothing of the crate: no stage names the runtime that registers the fusers, so a port
+//! to another way of registering them touches `runtime` and `backend` only.
 //!
 //! The rewrite stage needs no device:
 //!
@@ -104,8 +107,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Decorate
 /// `B` with Hypatia's fused Linear kernels: `Hypatia<Wgpu>`, `Hypatia<Cuda<bf16>>`, ...
 pub type Hypatia<B> = <B as Decorate>::Fusion;
 
-/// The book's chapters as doc tests: `cargo test` compiles and runs every Rust block in
-/// `book/src`, so a snippet that stops compiling or asserting fails CI.
+/// The book's chapters and the decision records as doc tests: `cargo test` compiles and runs
+/// every Rust block in `book/src` and `docs/decisions`, so a snippet that stops compiling or
+/// asserting fails CI.
 #[cfg(doctest)]
 mod book {
     #[doc = include_str!("../book/src/introduction.md")]
@@ -130,18 +134,20 @@ mod book {
     struct Troubleshooting;
     #[doc = include_str!("../book/src/decisions.md")]
     struct Decisions;
-    #[doc = include_str!("../book/src/decisions/0001-tf32.md")]
+    #[doc = include_str!("../docs/decisions/0001-tf32.md")]
     struct Decision0001;
-    #[doc = include_str!("../book/src/decisions/0002-learner-checkpointer.md")]
+    #[doc = include_str!("../docs/decisions/0002-learner-checkpointer.md")]
     struct Decision0002;
-    #[doc = include_str!("../book/src/decisions/0003-several-devices-submit-batched.md")]
+    #[doc = include_str!("../docs/decisions/0003-several-devices-submit-batched.md")]
     struct Decision0003;
-    #[doc = include_str!("../book/src/decisions/0004-hopper-wgmma-kernel.md")]
+    #[doc = include_str!("../docs/decisions/0004-hopper-wgmma-kernel.md")]
     struct Decision0004;
-    #[doc = include_str!("../book/src/decisions/0005-mlp-chain-kernels.md")]
+    #[doc = include_str!("../docs/decisions/0005-mlp-chain-kernels.md")]
     struct Decision0005;
-    #[doc = include_str!("../book/src/decisions/0006-host-hand-over.md")]
+    #[doc = include_str!("../docs/decisions/0006-host-hand-over.md")]
     struct Decision0006;
-    #[doc = include_str!("../book/src/decisions/0007-split-and-race.md")]
+    #[doc = include_str!("../docs/decisions/0007-split-and-race.md")]
     struct Decision0007;
+    #[doc = include_str!("../docs/decisions/0008-learner-test-loader.md")]
+    struct Decision0008;
 }

@@ -20,10 +20,11 @@
 //! ```
 
 mod choices;
+mod limits;
 
 pub use choices::*;
+pub use limits::Limits;
 
-use crate::rewrite::Limits;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};

@@ -5,6 +5,7 @@
 //! forward, whose whole latency is a few tens of microseconds of host time, only builds the
 //! key, compares it and launches, reading its operands in place.
 
+use super::burn::CubeStream;
 use super::context::{real_tensor, release};
 use super::{choose_chain, has_matrix_units};
 use crate::config::{ChainPolicy, ExecutionPolicy, config};
@@ -15,7 +16,6 @@ use crate::kernel::OperandRef;
 use crate::kernel::chain::launch_mlp_chain;
 use crate::kernel::{ChainLayer, ChainLimits, ChainProblem, check_chain};
 use crate::plan::FusedLinear;
-use crate::runtime::HypatiaRuntime;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
@@ -132,10 +132,10 @@ impl ChainDecision {
 /// Runs `steps` (a plan's chained run: each step's `x` is the previous step's `out`) as one
 /// launch, if the kernel takes the real sizes and the cost model prefers it (`decision`
 /// remembers that from the chain's last execution).
-pub(super) fn run_chain<R: CubeRuntime>(
+pub(super) fn run_chain<R: CubeRuntime, F: CubeStream<R>>(
     steps: &[&FusedLinear],
     context: &mut Context<CubeFusionHandle<R>>,
-    execution: &OrderedExecution<HypatiaRuntime<R>>,
+    execution: &OrderedExecution<F>,
     first_launch: bool,
     verify: VerifyMode,
     device_key: &str,

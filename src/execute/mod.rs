@@ -11,6 +11,7 @@
 //! Pitfall: burn-fusion caches optimizations by relative window and replays them without
 //! calling any fuser, so an execution must read real shapes and scalars from the context.
 
+mod burn;
 mod chain;
 pub(crate) mod context;
 mod policy;
@@ -18,5 +19,7 @@ pub mod race;
 mod step;
 mod steps;
 
+pub use burn::CubeStream;
+pub(crate) use burn::execute_burn;
 pub use policy::*;
 pub use steps::*;

@@ -29,11 +29,11 @@
 //! 8192×4096×4096 that made the first five batches 0.65 ms
 //! a launch instead of 0.39).
 
+use super::burn::{CubeStream, execute_burn_at};
 use crate::config::{ExecutionPolicy, RacePolicy, config};
 use crate::fallback::run_unfused;
 use crate::kernel::Epilogue;
 use crate::plan::{FusedLinear, Plan, Step};
-use crate::runtime::{HypatiaRuntime, execute_burn_at};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
@@ -378,10 +378,10 @@ impl<R: CubeRuntime> Alternative<R> {
 
     /// Runs the step's ops as Burn would: the ops before its matmul, then Burn's optimization
     /// (or its matmul op).
-    pub fn run(
+    pub fn run<F: CubeStream<R>>(
         &mut self,
         context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<HypatiaRuntime<R>>,
+        execution: &OrderedExecution<F>,
     ) {
         run_unfused(self.prefix.iter().copied(), context, execution);
         match &mut self.optimization {

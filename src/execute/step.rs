@@ -1,6 +1,7 @@
 //! One fused step on Hypatia's side: the execution chosen for it (tiled, tensor-core engine,
 //! split), its launch, its first-launch and verify checks, or Burn's ops where it cannot run.
 
+use super::burn::CubeStream;
 use super::context::*;
 use super::{Execution, choose_execution, has_matrix_units};
 use crate::config::{VerifyMode, config};
@@ -12,7 +13,6 @@ use crate::kernel::{
     launch_fused_linear,
 };
 use crate::plan::{FusedLinear, TensorRef};
-use crate::runtime::HypatiaRuntime;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
@@ -64,10 +64,10 @@ pub(super) struct Produced<R: CubeRuntime> {
 
 /// One fused step, tiled, on the tensor-core engine or split. On `Err` the step ran as Burn's
 /// ops instead (nothing fused was kept) and the reason says why.
-pub(super) fn run_fused<R: CubeRuntime>(
+pub(super) fn run_fused<R: CubeRuntime, F: CubeStream<R>>(
     step: &FusedLinear,
     context: &mut Context<CubeFusionHandle<R>>,
-    execution: &OrderedExecution<HypatiaRuntime<R>>,
+    execution: &OrderedExecution<F>,
     checks: Checks<'_>,
 ) -> Result<Ran, FallbackReason> {
     let [x, w] = [step.x, step.w].map(|r| real_tensor(context, &r.id));
@@ -156,12 +156,12 @@ pub(super) fn sum_rhs<R: CubeRuntime>(
 /// (a split runs the inner backend's matmul ops first). `Ok(None)`: a split with no epilogue,
 /// fully run. On `Err` nothing ran.
 #[allow(clippy::type_complexity)]
-pub(super) fn launch<R: CubeRuntime>(
+pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
     step: &FusedLinear,
     x: &TensorIr,
     w: &TensorIr,
     context: &mut Context<CubeFusionHandle<R>>,
-    execution: &OrderedExecution<HypatiaRuntime<R>>,
+    execution: &OrderedExecution<F>,
     checks: Checks<'_>,
 ) -> Result<Option<(Execution, Produced<R>)>, FallbackReason> {
     let bias = step.bias.map(|r| real_tensor(context, &r.id));

@@ -1,6 +1,7 @@
 //! The step loop: [`LinearOptimization`] runs a [`Plan`]'s steps in order — a chained run, a
 //! raced step, or one fused step — and records what each execution established.
 
+use super::burn::CubeStream;
 use super::chain::{ChainDecision, ChainRun, run_chain};
 use super::context::*;
 use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
@@ -12,7 +13,6 @@ use crate::host::pace::Pace;
 use crate::kernel::MAX_CHAIN_LAYERS;
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::rewrite::Profile;
-use crate::runtime::HypatiaRuntime;
 use crate::stats;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
@@ -116,10 +116,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     }
 
     /// Runs the plan: each fused step as one kernel, unless its checks fail, then its ops.
-    pub fn execute(
+    pub fn execute<F: CubeStream<R>>(
         &mut self,
         context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<HypatiaRuntime<R>>,
+        execution: &OrderedExecution<F>,
     ) {
         let start = std::time::Instant::now();
         // Decided before the steps run: they may release the tensors whose shapes it reads.
@@ -181,10 +181,10 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     }
 
     /// Runs the plan's steps; returns whether an MLP-chain launch ran.
-    pub(super) fn run_steps(
+    pub(super) fn run_steps<F: CubeStream<R>>(
         &mut self,
         context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<HypatiaRuntime<R>>,
+        execution: &OrderedExecution<F>,
     ) -> bool {
         if let Err(reason) = check_guards(&self.plan, context) {
             for step in self.plan.fused() {
@@ -210,11 +210,11 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     }
 
     /// Runs step `index` on Hypatia's side: its kernel, or Burn's ops where that cannot run.
-    pub(super) fn run_step(
+    pub(super) fn run_step<F: CubeStream<R>>(
         &mut self,
         index: usize,
         context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<HypatiaRuntime<R>>,
+        execution: &OrderedExecution<F>,
     ) {
         let (step, check) = (&self.plan.steps[index], &mut self.checks[index]);
         let fused = match step {
@@ -362,12 +362,12 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     }
 
     /// Runs step `index` on the side its race gives it, timing the run when the race asks.
-    pub(super) fn run_raced(
+    pub(super) fn run_raced<F: CubeStream<R>>(
         &mut self,
         index: usize,
         race: RaceRun<R>,
         context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<HypatiaRuntime<R>>,
+        execution: &OrderedExecution<F>,
     ) {
         let start = race.client.as_ref().map(settle);
         match race.turn.side {
@@ -410,11 +410,11 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     /// Runs the chained run starting at step `start` as one launch, if there is one and it
     /// runs; returns the index after it, and whether the launch ran (`false`: it failed and the
     /// steps ran as Burn's ops). `None`: run the steps one by one.
-    pub(super) fn try_chain(
+    pub(super) fn try_chain<F: CubeStream<R>>(
         &mut self,
         start: usize,
         context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<HypatiaRuntime<R>>,
+        execution: &OrderedExecution<F>,
     ) -> Option<(usize, bool)> {
         let chain = self.chains.iter_mut().find(|c| c.range.start == start)?;
         let (range, check) = (&chain.range, &mut chain.check);

@@ -1,7 +1,8 @@
 //! [`HypatiaRuntime`] and the optimization enum it runs.
 
-use super::{BurnFuser, HypatiaFuser, execute_burn};
+use super::{BurnFuser, HypatiaFuser};
 use crate::execute::LinearOptimization;
+use crate::execute::execute_burn;
 use crate::execute::race::{Alternative, AlternativeState};
 use crate::plan::Plan;
 use burn_cubecl::CubeRuntime;

@@ -184,3 +184,15 @@ pub fn repo_file(path: &str) -> std::path::PathBuf {
         .find(|dir| dir.join("tests/fixtures").is_dir())
         .map_or_else(|| built.join(path), |root| root.join(path))
 }
+
+/// A backend `Autodiff` can wrap: with the `distributed` feature Burn's `Autodiff<B>` is an
+/// `AutodiffBackend` only where `B` is also a `DistributedBackend`.
+#[cfg(feature = "distributed")]
+pub trait Differentiable: Backend + burn::tensor::backend::distributed::DistributedBackend {}
+#[cfg(feature = "distributed")]
+impl<B: Backend + burn::tensor::backend::distributed::DistributedBackend> Differentiable for B {}
+/// A backend `Autodiff` can wrap.
+#[cfg(not(feature = "distributed"))]
+pub trait Differentiable: Backend {}
+#[cfg(not(feature = "distributed"))]
+impl<B: Backend> Differentiable for B {}

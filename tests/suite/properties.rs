@@ -562,8 +562,8 @@ where
 pub fn check_backward<F, P, H>(cases: u32) -> Vec<Problem>
 where
     F: Element,
-    P: Backend<FloatElem = F>,
-    H: Backend<FloatElem = F, Device = P::Device>,
+    P: Differentiable + Backend<FloatElem = F>,
+    H: Differentiable + Backend<FloatElem = F, Device = P::Device>,
 {
     let (dtype, s) = (F::dtype(), scale::<F>());
     run_problems(cases, dtype, |p| {

@@ -1,13 +1,16 @@
 //! What the kernels take and give, as plain data: the epilogue, a Linear's problem, operands
-//! and outputs, an MLP chain's problem, errors. Nothing here launches or names a kernel, so the
-//! rewrite and plan stages read it without depending on any kernel.
+//! and outputs, the engine's launch arguments, an MLP chain's problem, errors. Nothing here
+//! launches or names a kernel, so the rewrite and plan stages read it without depending on any
+//! kernel, and the kernels share it without depending on each other.
 
+mod args;
 mod chain;
 mod epilogue;
 mod error;
 mod operand;
 mod problem;
 
+pub use args::*;
 pub use chain::*;
 pub use epilogue::*;
 pub use error::*;

@@ -1,59 +1,18 @@
-//! What every engine candidate runs on: a Linear's operands and outputs as Burn's tensors.
+//! How the engine runs [`LinearArgs`]: Burn's matmul or a cubek tiling followed by the split
+//! epilogue pass, the tiled unit kernel, and the autotune key.
 
 use super::Inputs;
 use crate::kernel::{
-    Epilogue, EpilogueInputs, LinearProblem, Operand, launch_bias_activation_into,
+    Epilogue, EpilogueInputs, LinearArgs, is_aligned, is_contiguous, launch_bias_activation_into,
     launch_fused_linear_into,
 };
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 
-/// Operands and outputs of one linear on the engine: every candidate writes `out` (and `pre`).
-#[derive(Clone, Debug)]
-pub struct LinearArgs<R: CubeRuntime> {
-    /// Input, padded to the output's rank.
-    pub x: CubeTensor<R>,
-    /// Weight `[.., k, n]`, padded to the output's rank.
-    pub w: CubeTensor<R>,
-    /// Bias, a row of `n`.
-    pub bias: Option<CubeTensor<R>>,
-    /// Activation output, contiguous.
-    pub out: CubeTensor<R>,
-    /// Pre-activation output, contiguous, when asked for.
-    pub pre: Option<CubeTensor<R>>,
-    /// What the epilogue applies after the bias.
-    pub epilogue: Epilogue,
-    /// The gate of [`Epilogue::ReluGrad`]: the output's shape, rows contiguous or pitched
-    /// (the Hopper kernel takes only contiguous ones).
-    pub gate: Option<CubeTensor<R>>,
-    /// The activation's run-time parameters (see [`EpilogueInputs::params`]).
-    pub params: [f32; 2],
-    /// `Σ_rows out` ([`LinearOutputs::bias_grad`](crate::kernel::LinearOutputs::bias_grad)), contiguous, when asked for.
-    pub bias_grad: Option<CubeTensor<R>>,
-}
-
 /// Largest problem (FLOPs) the tiled unit kernel is tuned on: beyond it, it always lost.
 const TILED_MAX_FLOPS: f64 = 1.0e9;
 
 impl<R: CubeRuntime> LinearArgs<R> {
-    pub(super) fn operand(tensor: &CubeTensor<R>) -> Operand<R> {
-        Operand {
-            handle: tensor.clone().into(),
-            shape: tensor.meta.shape().to_vec(),
-        }
-    }
-
-    pub(super) fn problem(&self) -> LinearProblem {
-        let shape = self.out.meta.shape().to_vec();
-        let x = self.x.meta.shape();
-        LinearProblem {
-            batch: shape[..shape.len() - 2].iter().product(),
-            k: x[x.len() - 1],
-            out_shape: shape,
-            dtype: self.out.dtype,
-        }
-    }
-
     /// Whether the epilogue does nothing: the matmul may write `out` directly.
     fn is_plain(&self) -> bool {
         self.epilogue == Epilogue::Identity
@@ -177,21 +136,4 @@ impl<R: CubeRuntime> LinearArgs<R> {
             crate::config::config().wgmma,
         )
     }
-}
-
-/// Whether `tensor` starts on 16 bytes (TMA's and vector loads' requirement).
-pub(crate) fn is_aligned<R: CubeRuntime>(tensor: &CubeTensor<R>) -> bool {
-    tensor.handle.offset_start.unwrap_or(0).is_multiple_of(16)
-}
-
-/// Whether `strides` are row-major for `shape` (size-1 dims may have any stride).
-pub(crate) fn is_contiguous(shape: &[usize], strides: &[usize]) -> bool {
-    let mut expected = 1;
-    for (&dim, &stride) in shape.iter().zip(strides).rev() {
-        if dim != 1 && stride != expected {
-            return false;
-        }
-        expected *= dim;
-    }
-    true
 }

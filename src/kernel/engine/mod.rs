@@ -10,9 +10,7 @@
 mod args;
 mod tiling;
 
-pub use args::LinearArgs;
-#[cfg(feature = "cuda")]
-pub(crate) use args::{is_aligned, is_contiguous};
+pub use crate::kernel::LinearArgs;
 pub use tiling::{Loading, TILINGS, Tiling, matmul_problem};
 
 use crate::kernel::{

@@ -27,7 +27,7 @@ pub use source::{KERNEL_SOURCE, WgmmaElem, WgmmaSource};
 pub use tiling::*;
 
 use crate::kernel::cuda::launch_source;
-use crate::kernel::engine::{LinearArgs, is_aligned, is_contiguous};
+use crate::kernel::{LinearArgs, is_aligned, is_contiguous};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
