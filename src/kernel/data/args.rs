@@ -23,7 +23,8 @@ pub struct LinearArgs<R: CubeRuntime> {
     /// The gate of [`Epilogue::ReluGrad`]: the output's shape, rows contiguous or pitched
     /// (the Hopper kernel takes only contiguous ones).
     pub gate: Option<CubeTensor<R>>,
-    /// The activation's run-time parameters (see [`EpilogueInputs::params`]).
+    /// The activation's run-time parameters (see
+    /// [`EpilogueInputs::params`](crate::kernel::EpilogueInputs::params)).
     pub params: [f32; 2],
     /// `Σ_rows out` ([`LinearOutputs::bias_grad`](crate::kernel::LinearOutputs::bias_grad)), contiguous, when asked for.
     pub bias_grad: Option<CubeTensor<R>>,
