@@ -144,7 +144,7 @@ pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
 /// Changes the process's configuration until the guard drops, then puts back the one before,
 /// even when an assertion fails. These tests go through Burn's tensor API, which has no place
 /// for a configuration, so they change the process's (hence `--test-threads=1`); tests of the
-/// choices themselves build a `HypatiaConfig` and pass it (`src/kernel/policy.rs`).
+/// choices themselves build a `HypatiaConfig` and pass it (`src/execute/policy.rs`).
 pub struct ConfigGuard(Option<hypatia::config::HypatiaConfig>);
 
 impl ConfigGuard {
