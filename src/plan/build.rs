@@ -87,17 +87,23 @@ pub struct PlanOptions {
     pub bias_grads: bool,
 }
 
+impl PlanOptions {
+    /// Everything but plain matmuls and plain Linears: what a device without matrix units
+    /// claims (the [`Default`]).
+    pub const DEFAULT: Self = Self {
+        plain_matmuls: false,
+        relu_grads: true,
+        linear_relus: true,
+        activations: true,
+        linears: false,
+        chains: true,
+        bias_grads: true,
+    };
+}
+
 impl Default for PlanOptions {
     fn default() -> Self {
-        Self {
-            plain_matmuls: false,
-            relu_grads: true,
-            linear_relus: true,
-            activations: true,
-            linears: false,
-            chains: true,
-            bias_grads: true,
-        }
+        Self::DEFAULT
     }
 }
 

@@ -14,16 +14,8 @@ use crate::kernel::Epilogue;
 use crate::rewrite::Limits;
 use burn_ir::{TensorId, TensorStatus};
 
-/// Forward patterns only, as on a device without matrix units.
-const OPTIONS: PlanOptions = PlanOptions {
-    plain_matmuls: false,
-    relu_grads: true,
-    linear_relus: true,
-    activations: true,
-    linears: false,
-    chains: true,
-    bias_grads: true,
-};
+/// The default options, as on a device without matrix units.
+const OPTIONS: PlanOptions = PlanOptions::DEFAULT;
 
 fn plan(ir: &IrBuilder, outputs: &[T]) -> Claim {
     plan_window(&ir.window(outputs), &Limits::default(), OPTIONS).claim
