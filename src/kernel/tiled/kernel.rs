@@ -72,10 +72,8 @@ pub fn fused_linear_kernel<F: Float>(
         out_offset += coord * out.stride(dim);
     }
 
-    let lhs_stride_m = lhs.stride(rank - 2);
-    let lhs_stride_k = lhs.stride(rank - 1);
-    let rhs_stride_k = rhs.stride(rank - 2);
-    let rhs_stride_n = rhs.stride(rank - 1);
+    let lhs_view = View::new(lhs_offset, lhs.stride(rank - 2), lhs.stride(rank - 1), m, k);
+    let rhs_view = View::new(rhs_offset, rhs.stride(rank - 2), rhs.stride(rank - 1), k, n);
 
     let unit_x = UNIT_POS_X as usize;
     let unit_y = UNIT_POS_Y as usize;
@@ -101,29 +99,24 @@ pub fn fused_linear_kernel<F: Float>(
         for i in 0..(TILE_M * TILE_K) / (CUBE_SIDE * CUBE_SIDE) {
             let index = unit + i * CUBE_SIDE * CUBE_SIDE;
 
-            let row = index / TILE_K;
-            let col = index % TILE_K;
-            let global_row = row_base + row;
-            let global_k = k_base + col;
-            let mut value = 0.0f32;
-            if global_row < m && global_k < k {
-                value = f32::cast_from(
-                    lhs[lhs_offset + global_row * lhs_stride_m + global_k * lhs_stride_k],
-                );
-            }
-            tile_lhs[row * TILE_K + col] = value;
-
-            let row = index / TILE_N;
-            let col = index % TILE_N;
-            let global_k = k_base + row;
-            let global_col = col_base + col;
-            let mut value = 0.0f32;
-            if global_k < k && global_col < n {
-                value = f32::cast_from(
-                    rhs[rhs_offset + global_k * rhs_stride_k + global_col * rhs_stride_n],
-                );
-            }
-            tile_rhs[row * TILE_N + col] = value;
+            stage::<F>(
+                lhs,
+                lhs_view,
+                row_base,
+                k_base,
+                &mut tile_lhs,
+                index,
+                TILE_K,
+            );
+            stage::<F>(
+                rhs,
+                rhs_view,
+                k_base,
+                col_base,
+                &mut tile_rhs,
+                index,
+                TILE_N,
+            );
         }
         sync_cube();
 
@@ -188,4 +181,52 @@ pub fn fused_linear_kernel<F: Float>(
             }
         }
     }
+}
+
+/// Where a matrix of an operand lies: its first element, its strides, its bounds.
+#[derive(CubeType, Clone, Copy)]
+struct View {
+    offset: usize,
+    stride_row: usize,
+    stride_col: usize,
+    rows: usize,
+    cols: usize,
+}
+
+#[cube]
+impl View {
+    fn new(offset: usize, stride_row: usize, stride_col: usize, rows: usize, cols: usize) -> View {
+        View {
+            offset,
+            stride_row,
+            stride_col,
+            rows,
+            cols,
+        }
+    }
+}
+
+/// Stages element `index` of a `cols`-wide tile in shared memory, as f32: the tile's
+/// `[row, col]` is `src`'s `[row0 + row, col0 + col]` in `view`, zero past its bounds.
+#[cube]
+fn stage<F: Float>(
+    src: &Tensor<F>,
+    view: View,
+    row0: usize,
+    col0: usize,
+    tile: &mut SharedMemory<f32>,
+    index: usize,
+    #[comptime] cols: usize,
+) {
+    let row = index / cols;
+    let col = index % cols;
+    let global_row = row0 + row;
+    let global_col = col0 + col;
+    let mut value = 0.0f32;
+    if global_row < view.rows && global_col < view.cols {
+        value = f32::cast_from(
+            src[view.offset + global_row * view.stride_row + global_col * view.stride_col],
+        );
+    }
+    tile[row * cols + col] = value;
 }
