@@ -53,9 +53,9 @@ pub fn mlp_chain_kernel<F: Float, NH: Size, NL: Size>(
     let row_base = CUBE_POS_X as usize * rows;
     let unit = UNIT_POS as usize;
 
-    let mut h_a = SharedMemory::<F>::new(rows * width);
-    let mut h_b = SharedMemory::<F>::new(rows * width);
-    let mut partial = SharedMemory::<f32>::new(units * rows * vector);
+    let mut ha = SharedMemory::<F>::new(rows * width);
+    let mut hb = SharedMemory::<F>::new(rows * width);
+    let mut sums = SharedMemory::<f32>::new(units * rows * vector);
 
     // Stage the cube's input rows (zero past `m`).
     let mut index = unit;
@@ -67,108 +67,40 @@ pub fn mlp_chain_kernel<F: Float, NH: Size, NL: Size>(
         if row < m {
             value = x[row * x.stride(0) + k * x.stride(1)];
         }
-        h_a[r * width + k] = value;
+        ha[r * width + k] = value;
         index += units;
     }
     sync_cube();
 
+    let at = RowBlock { base: row_base, m };
     let layers = comptime![flags.layers];
-    let last = comptime![layers as usize - 1];
-    let (bias, act) = (flags.bias, flags.activation);
     if comptime![layers > 1] {
-        chain_layer::<F, NH>(
-            &h_a,
-            &mut h_b,
-            &mut partial,
-            w0,
-            b0,
-            out,
-            row_base,
-            m,
-            rows,
-            width,
-            units,
-            comptime![bias[0]],
-            comptime![act[0]],
-            false,
-        );
+        chain_layer::<F, NH>(&ha, &mut hb, &mut sums, w0, b0, out, at, flags, 0usize);
     }
     if comptime![layers > 2] {
-        chain_layer::<F, NH>(
-            &h_b,
-            &mut h_a,
-            &mut partial,
-            w1,
-            b1,
-            out,
-            row_base,
-            m,
-            rows,
-            width,
-            units,
-            comptime![bias[1]],
-            comptime![act[1]],
-            false,
-        );
+        chain_layer::<F, NH>(&hb, &mut ha, &mut sums, w1, b1, out, at, flags, 1usize);
     }
     if comptime![layers > 3] {
-        chain_layer::<F, NH>(
-            &h_a,
-            &mut h_b,
-            &mut partial,
-            w2,
-            b2,
-            out,
-            row_base,
-            m,
-            rows,
-            width,
-            units,
-            comptime![bias[2]],
-            comptime![act[2]],
-            false,
-        );
+        chain_layer::<F, NH>(&ha, &mut hb, &mut sums, w2, b2, out, at, flags, 2usize);
     }
     // The last layer reads the buffer the layer before it wrote.
+    let last = comptime![layers as usize - 1];
     if comptime![last % 2 == 0] {
-        chain_layer::<F, NL>(
-            &h_a,
-            &mut h_b,
-            &mut partial,
-            wl,
-            bl,
-            out,
-            row_base,
-            m,
-            rows,
-            width,
-            units,
-            comptime![bias[last]],
-            comptime![act[last]],
-            true,
-        );
+        chain_layer::<F, NL>(&ha, &mut hb, &mut sums, wl, bl, out, at, flags, last);
     } else {
-        chain_layer::<F, NL>(
-            &h_b,
-            &mut h_a,
-            &mut partial,
-            wl,
-            bl,
-            out,
-            row_base,
-            m,
-            rows,
-            width,
-            units,
-            comptime![bias[last]],
-            comptime![act[last]],
-            true,
-        );
+        chain_layer::<F, NL>(&hb, &mut ha, &mut sums, wl, bl, out, at, flags, last);
     }
 }
 
-/// One layer: `src` (rows × k) times `w`, bias and activation, into `dst` (the next layer's
-/// input) or, for the last layer, into `out`. Unit `g + CHAIN_COLS·s` owns the column vector `g`
+/// The rows of one cube: the first, and the problem's `m` (rows past it are padding).
+#[derive(CubeType, Clone, Copy)]
+struct RowBlock {
+    base: usize,
+    m: usize,
+}
+
+/// Layer `layer` of `flags`: `src` (rows × k) times `w`, its bias and activation, into `dst`
+/// (the next layer's input) or, for the last layer, into `out` (rows from `at.base`, below `at.m`). Unit `g + CHAIN_COLS·s` owns the column vector `g`
 /// of each pass and the `k` slice `s`; it keeps [`CHAIN_UNROLL`] vector loads in flight. Ends
 /// with the cube synchronised.
 #[cube]
@@ -176,19 +108,20 @@ pub fn mlp_chain_kernel<F: Float, NH: Size, NL: Size>(
 fn chain_layer<F: Float, N: Size>(
     src: &SharedMemory<F>,
     dst: &mut SharedMemory<F>,
-    partial: &mut SharedMemory<f32>,
+    sums: &mut SharedMemory<f32>,
     w: &Tensor<Vector<F, N>>,
     b: &Tensor<Vector<F, N>>,
     out: &mut Tensor<F>,
-    row_base: usize,
-    m: usize,
-    #[comptime] rows: usize,
-    #[comptime] width: usize,
-    #[comptime] units: usize,
-    #[comptime] has_bias: bool,
-    #[comptime] activation: Activation,
-    #[comptime] last: bool,
+    at: RowBlock,
+    #[comptime] flags: ChainFlags,
+    #[comptime] layer: usize,
 ) {
+    let rows = comptime![flags.rows as usize];
+    let width = comptime![flags.width as usize];
+    let units = comptime![flags.units as usize];
+    let has_bias = comptime![flags.bias[layer]];
+    let activation = comptime![flags.activation[layer]];
+    let last = comptime![layer + 1 == flags.layers as usize];
     let slices = comptime![units / CHAIN_COLS];
     let n_vec = N::value();
     let k = w.shape(0);
@@ -243,7 +176,7 @@ fn chain_layer<F: Float, N: Size>(
             let v = acc[r];
             #[unroll]
             for i in 0..n_vec {
-                partial[base + i] = v[i];
+                sums[base + i] = v[i];
             }
         }
         sync_cube();
@@ -264,7 +197,7 @@ fn chain_layer<F: Float, N: Size>(
                     let mut value = 0.0f32;
                     #[unroll]
                     for s in 0..slices {
-                        value += partial[((s * rows + r) * CHAIN_COLS + g) * n_vec + i];
+                        value += sums[((s * rows + r) * CHAIN_COLS + g) * n_vec + i];
                     }
                     if comptime![has_bias] {
                         value += bias_vec[i];
@@ -272,8 +205,8 @@ fn chain_layer<F: Float, N: Size>(
                     value = activate(value, 0.0f32, 0.0f32, activation);
                     let col = col_vec * n_vec + i;
                     if comptime![last] {
-                        let row = row_base + r;
-                        if row < m {
+                        let row = at.base + r;
+                        if row < at.m {
                             out[row * out.stride(0) + col] = F::cast_from(value);
                         }
                     } else {
