@@ -8,12 +8,17 @@ Setup (here, once): the NVRTC, runtime-header and ptxas wheels from PyPI, unpack
     (cd /tmp/nv && for w in *.whl; do unzip -qo "$w" -d x; done)
     cargo build --release --features cuda --example cuda_source
 Usage: python3 tools/nvrtc_check.py [--cuda /tmp/nv/x/nvidia] [--gen target/release/examples/cuda_source]
+                                   [--kernel-file FILE.cu] [--save DIR]
 Prints one line per failing configuration and a count; exits 1 on any failure.
+--kernel-file compiles an edited kernel (the `.cu` file of the configurations' kind) instead of
+the one built into the generator; --save writes each configuration's PTX without its line
+information, so that `diff -r` of two saves shows whether an edit changed any generated code.
 """
 import argparse
 import ctypes
 import itertools
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,12 +59,23 @@ def configurations(gen):
                 continue
             args = ["wgmma", "--dtype", dtype, "--tiling", name, "--act", act]
             yield args + ["--a-m-major"] * a + ["--b-k-major"] * b
-    for dtype, (rows, mma) in itertools.product(["bf16", "f16", "f32"],
-                                                 [(1, 0), (4, 0), (8, 0), (16, 1), (32, 1)]):
+    for dtype, (rows, mma), layers in itertools.product(
+            ["bf16", "f16", "f32"], [(1, 0), (4, 0), (8, 0), (16, 1), (32, 1)], [1, 2, 3, 4]):
         if mma and dtype == "f32":
             continue
-        vector = "4,4,2" if dtype == "f32" else "8,8,2"
-        yield ["chain", "--dtype", dtype, "--rows", str(rows), "--vector", vector] + ["--mma"] * mma
+        # Every layer count on bf16; three layers elsewhere.
+        if layers != 3 and dtype != "bf16":
+            continue
+        wide = "4" if dtype == "f32" else "8"
+        per_layer = lambda hidden, last: ",".join([hidden] * (layers - 1) + [last])
+        yield (["chain", "--dtype", dtype, "--rows", str(rows),
+                "--vector", per_layer(wide, "2"), "--acts", per_layer("relu", "none"),
+                "--bias", per_layer("1", "1")] + ["--mma"] * mma)
+
+
+def kind_of(kernel_file):
+    """`chain` for the grid-chain kernel's file, `wgmma` for the Hopper kernel's."""
+    return "chain" if "chain" in os.path.basename(kernel_file) else "wgmma"
 
 
 def main():
@@ -67,7 +83,11 @@ def main():
     parser.add_argument("--cuda", default="/tmp/nv/x/nvidia")
     parser.add_argument("--gen", default=os.path.join(
         os.environ.get("CARGO_TARGET_DIR", "target"), "release/examples/cuda_source"))
+    parser.add_argument("--kernel-file", help="an edited .cu of the kernel being compiled")
+    parser.add_argument("--save", help="a folder for each configuration's PTX, sans line info")
     args = parser.parse_args()
+    if args.save:
+        os.makedirs(args.save, exist_ok=True)
     lib = ctypes.CDLL(os.path.join(args.cuda, "cuda_nvrtc/lib/libnvrtc.so.12"))
     include = os.path.join(args.cuda, "cuda_runtime/include")
     ptxas = os.path.join(args.cuda, "cuda_nvcc/bin/ptxas")
@@ -75,9 +95,17 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for config in configurations(args.gen):
             total += 1
-            source = subprocess.run([args.gen] + config, capture_output=True, text=True,
+            # The edited file replaces only the kernel of its own kind (`chain` or `wgmma`).
+            edit = (["--kernel-file", args.kernel_file]
+                    if args.kernel_file and kind_of(args.kernel_file) == config[0] else [])
+            source = subprocess.run([args.gen] + edit + config, capture_output=True, text=True,
                                     check=True).stdout
             ptx, log = nvrtc_ptx(lib, include, source)
+            if ptx is not None and args.save:
+                name = re.sub(r"[^A-Za-z0-9]+", "_", " ".join(config)) + ".ptx"
+                with open(os.path.join(args.save, name), "w") as f:
+                    f.write("".join(line for line in ptx.splitlines(keepends=True)
+                                    if not line.lstrip().startswith((".loc", ".file"))))
             if ptx is not None:
                 path = os.path.join(tmp, "k.ptx")
                 with open(path, "w") as f:

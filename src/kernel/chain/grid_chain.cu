@@ -392,6 +392,20 @@ __device__ __forceinline__ void chain_layer(
     }
 }
 
+// The chain's layers, as `hypatia_grid_chain` below calls them. Layer 0 reads `x` through its
+// strides and waits for nothing; layer i > 0 reads the hidden buffer `src` that layer `prev`
+// wrote, once all `items<prev>` of that layer are done. Each writes `dst` with row pitch `ld`:
+// the other hidden buffer, or `out` for the last layer.
+#define FIRST_LAYER(dst, ld)                                                                      \
+    chain_layer<VEC0, ACT0, BIAS0, 1>(x, p.x_row, p.x_col, w0, p.w_row[0], b0, dst, ld, p.m,     \
+                                      p.k[0], p.n[0], NEXT(c, 0), DONE(c, 0), nullptr, 0, red,   \
+                                      slot)
+#define LAYER(i, prev, src, dst, ld)                                                              \
+    chain_layer<VEC##i, ACT##i, BIAS##i, 0>(src, p.hidden, 1, w##i, p.w_row[i], b##i, dst, ld,   \
+                                            p.m, p.k[i], p.n[i], NEXT(c, i), DONE(c, i),         \
+                                            DONE(c, prev), items##prev, red, slot)
+#define ITEMS(i) const u32 items##i = layer_items<VEC##i>(p.m, p.n[i])
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_grid_chain(
     const ELEM* x,
     const ELEM* __restrict__ w0, const ELEM* __restrict__ b0,
@@ -412,35 +426,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_grid_chain(
     ELEM* h1 = scratch + (size_t)p.m * p.hidden;
     u32* c = counter;
 #if LAYERS == 1
-    chain_layer<VEC0, ACT0, BIAS0, 1>(x, p.x_row, p.x_col, w0, p.w_row[0], b0, out, p.n[0],
-                                      p.m, p.k[0], p.n[0], NEXT(c, 0), DONE(c, 0), nullptr, 0,
-                                      red, slot);
+    FIRST_LAYER(out, p.n[0]);
 #else
-    chain_layer<VEC0, ACT0, BIAS0, 1>(x, p.x_row, p.x_col, w0, p.w_row[0], b0, h0, p.hidden,
-                                      p.m, p.k[0], p.n[0], NEXT(c, 0), DONE(c, 0), nullptr, 0,
-                                      red, slot);
-    const u32 items0 = layer_items<VEC0>(p.m, p.n[0]);
+    FIRST_LAYER(h0, p.hidden);
+    ITEMS(0);
 #if LAYERS == 2
-    chain_layer<VEC1, ACT1, BIAS1, 0>(h0, p.hidden, 1, w1, p.w_row[1], b1, out, p.n[1],
-                                      p.m, p.k[1], p.n[1], NEXT(c, 1), DONE(c, 1), DONE(c, 0),
-                                      items0, red, slot);
+    LAYER(1, 0, h0, out, p.n[1]);
 #else
-    chain_layer<VEC1, ACT1, BIAS1, 0>(h0, p.hidden, 1, w1, p.w_row[1], b1, h1, p.hidden,
-                                      p.m, p.k[1], p.n[1], NEXT(c, 1), DONE(c, 1), DONE(c, 0),
-                                      items0, red, slot);
-    const u32 items1 = layer_items<VEC1>(p.m, p.n[1]);
+    LAYER(1, 0, h0, h1, p.hidden);
+    ITEMS(1);
 #if LAYERS == 3
-    chain_layer<VEC2, ACT2, BIAS2, 0>(h1, p.hidden, 1, w2, p.w_row[2], b2, out, p.n[2],
-                                      p.m, p.k[2], p.n[2], NEXT(c, 2), DONE(c, 2), DONE(c, 1),
-                                      items1, red, slot);
+    LAYER(2, 1, h1, out, p.n[2]);
 #else
-    chain_layer<VEC2, ACT2, BIAS2, 0>(h1, p.hidden, 1, w2, p.w_row[2], b2, h0, p.hidden,
-                                      p.m, p.k[2], p.n[2], NEXT(c, 2), DONE(c, 2), DONE(c, 1),
-                                      items1, red, slot);
-    const u32 items2 = layer_items<VEC2>(p.m, p.n[2]);
-    chain_layer<VEC3, ACT3, BIAS3, 0>(h0, p.hidden, 1, w3, p.w_row[3], b3, out, p.n[3],
-                                      p.m, p.k[3], p.n[3], NEXT(c, 3), DONE(c, 3), DONE(c, 2),
-                                      items2, red, slot);
+    LAYER(2, 1, h1, h0, p.hidden);
+    ITEMS(2);
+    LAYER(3, 2, h0, out, p.n[3]);
 #endif
 #endif
 #endif
