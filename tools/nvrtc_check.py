@@ -74,8 +74,10 @@ def configurations(gen):
 
 
 def kind_of(kernel_file):
-    """`chain` for the grid-chain kernel's file, `wgmma` for the Hopper kernel's."""
-    return "chain" if "chain" in os.path.basename(kernel_file) else "wgmma"
+    """`chain` for a copy of the grid-chain kernel (it defines `hypatia_grid_chain`), `wgmma`
+    for one of the Hopper kernel."""
+    with open(kernel_file) as f:
+        return "chain" if "hypatia_grid_chain(" in f.read() else "wgmma"
 
 
 def main():
@@ -88,6 +90,7 @@ def main():
     args = parser.parse_args()
     if args.save:
         os.makedirs(args.save, exist_ok=True)
+    edited_kind = kind_of(args.kernel_file) if args.kernel_file else None
     lib = ctypes.CDLL(os.path.join(args.cuda, "cuda_nvrtc/lib/libnvrtc.so.12"))
     include = os.path.join(args.cuda, "cuda_runtime/include")
     ptxas = os.path.join(args.cuda, "cuda_nvcc/bin/ptxas")
@@ -97,7 +100,7 @@ def main():
             total += 1
             # The edited file replaces only the kernel of its own kind (`chain` or `wgmma`).
             edit = (["--kernel-file", args.kernel_file]
-                    if args.kernel_file and kind_of(args.kernel_file) == config[0] else [])
+                    if args.kernel_file and edited_kind == config[0] else [])
             source = subprocess.run([args.gen] + edit + config, capture_output=True, text=True,
                                     check=True).stdout
             ptx, log = nvrtc_ptx(lib, include, source)

@@ -100,9 +100,9 @@ struct RowBlock {
 }
 
 /// Layer `layer` of `flags`: `src` (rows × k) times `w`, its bias and activation, into `dst`
-/// (the next layer's input) or, for the last layer, into `out` (rows from `at.base`, below `at.m`). Unit `g + CHAIN_COLS·s` owns the column vector `g`
-/// of each pass and the `k` slice `s`; it keeps [`CHAIN_UNROLL`] vector loads in flight. Ends
-/// with the cube synchronised.
+/// (the next layer's input) or, for the last layer, into `out` (rows from `at.base`, below
+/// `at.m`). Unit `g + CHAIN_COLS·s` owns the column vector `g` of each pass and the `k` slice
+/// `s`; it keeps [`CHAIN_UNROLL`] vector loads in flight. Ends with the cube synchronised.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn chain_layer<F: Float, N: Size>(
