@@ -11,11 +11,16 @@
 # STEP@VAR=VALUE runs a step with one more variable (`linear-f32@HYPATIA_WGMMA=off`: what a GPU
 # without wgmma gets); PyTorch runs once per benchmark and dtype. NO_TORCH=1 skips it,
 # STEP_TIMEOUT bounds each Hypatia step (300 s). Each
-# step's output goes to $OUT/STEP.txt (and .json, .err); its table is printed last.
+# step's output goes to $OUT/STEP.txt (and .json, .err); its table is printed last. NO_SETUP=1
+# skips unpacking and the cache restore, NO_SAVE=1 the cache save: for several of these side by
+# side on other GPUs of one machine (CUDA_VISIBLE_DEVICES, NO_TORCH=1 on all but one per step)
+# after one setup, as in device_learner.sh.
 set -u
 ROOT=$(pwd)
-tar xzf .device/bins.tgz -C .device
-bash tools/device/device_cache.sh restore
+if [ -z "${NO_SETUP:-}" ]; then
+  tar xzf .device/bins.tgz -C .device
+  bash tools/device/device_cache.sh restore
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
 cd .device
 for step in ${STEPS:-linear-f32}; do
@@ -48,4 +53,4 @@ for step in ${STEPS:-linear-f32}; do
   fi
   echo "== $step" && cat "$OUT/$tag.txt"
 done
-cd "$ROOT" && bash tools/device/device_cache.sh save >/dev/null
+[ -n "${NO_SAVE:-}" ] || (cd "$ROOT" && bash tools/device/device_cache.sh save >/dev/null)
