@@ -161,6 +161,7 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
     let operand = |t: burn_cubecl::tensor::CubeTensor<Runtime>| Operand {
         shape: t.meta.shape().to_vec(),
         handle: t.into(),
+        id: None,
     };
     let dtype = F::dtype();
     let problem = check_linear((&[m, k], dtype), (&[k, n], dtype), Some((&[n], dtype)))

@@ -21,7 +21,8 @@ use half::{bf16, f16};
 use hypatia::kernel::chain::grid;
 use hypatia::kernel::engine::LinearArgs;
 use hypatia::kernel::hopper::{
-    WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, WgmmaTiling, launch, supported,
+    WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, WgmmaTiling, forget, kept_bytes,
+    launch, supported,
 };
 use hypatia::kernel::{ChainLayer, ChainLimits, check_chain};
 use hypatia::kernel::{Epilogue, Operand};
@@ -460,6 +461,16 @@ fn prepare<H: Float>(c: Case) -> Prepared {
 
 /// Runs one prepared case on one tiling; returns a description of the first failure.
 fn run<H: Float>(dev: &Device, tiling: WgmmaTiling, p: &Prepared) -> Result<(), String> {
+    run_with_id::<H>(dev, tiling, p, None)
+}
+
+/// [`run`], `w` carrying a burn-fusion id (a TF32 launch may keep `w`'s K-major copy under it).
+fn run_with_id<H: Float>(
+    dev: &Device,
+    tiling: WgmmaTiling,
+    p: &Prepared,
+    w_id: Option<u64>,
+) -> Result<(), String> {
     let c = p.case;
     let out_strides = contiguous(&p.out_shape);
     // Poison: NaN everywhere the kernel must write.
@@ -469,6 +480,7 @@ fn run<H: Float>(dev: &Device, tiling: WgmmaTiling, p: &Prepared) -> Result<(), 
     let args = LinearArgs {
         x: dev.upload::<H>(&p.x.0, p.x.1.clone(), p.x.2.clone()),
         w: dev.upload::<H>(&p.w.0, p.w.1.clone(), p.w.2.clone()),
+        w_id,
         bias: c.bias.then(|| dev.upload::<H>(&p.bias, vec![c.n], vec![1])),
         out: output(),
         pre: c.pre.then(output),
@@ -577,6 +589,42 @@ fn wgmma_linear_matches_f64_reference_tf32() {
     check_all::<f32>();
 }
 
+/// A TF32 weight read again keeps its K-major copy under its id from the second launch on
+/// (decision record 0009); every launch, first, keeping or reading the copy, matches the
+/// reference, another weight of another id reads its own values, and `forget` drops the copy.
+#[test]
+fn tf32_weight_copies_are_kept_read_and_forgotten() {
+    let Some(dev) = &Device::hopper() else {
+        return;
+    };
+    let tiling = WGMMA_TF32_TILINGS[0];
+    let (first, other) = (prepare::<f32>(CASES[6]), prepare::<f32>(CASES[3]));
+    assert!(
+        !CASES[6].transpose_w && !CASES[3].transpose_w,
+        "N-major weights"
+    );
+    let (id, other_id) = (u64::MAX - 1, u64::MAX - 2);
+    let before = kept_bytes();
+    let copy_bytes = CASES[6].k * CASES[6].n * 4;
+    for launch in 0..3 {
+        run_with_id::<f32>(dev, tiling, &first, Some(id))
+            .unwrap_or_else(|e| panic!("launch {launch}: {e}"));
+        let kept = kept_bytes() - before;
+        assert_eq!(
+            kept,
+            if launch == 0 { 0 } else { copy_bytes },
+            "launch {launch}"
+        );
+        run_with_id::<f32>(dev, tiling, &other, Some(other_id))
+            .unwrap_or_else(|e| panic!("the other weight after launch {launch}: {e}"));
+    }
+    forget(id);
+    forget(other_id);
+    assert_eq!(kept_bytes(), before);
+    run_with_id::<f32>(dev, tiling, &first, Some(id)).expect("after forget");
+    forget(id);
+}
+
 #[test]
 fn wgmma_declines_what_it_cannot_run() {
     let Some(dev) = Device::hopper() else {
@@ -587,6 +635,7 @@ fn wgmma_declines_what_it_cannot_run() {
     let args = LinearArgs {
         x: dev.upload::<bf16>(&bits[..m * k], vec![m, k], vec![k, 1]),
         w: dev.upload::<bf16>(&bits[..k * n], vec![k, n], vec![n, 1]),
+        w_id: None,
         bias: None,
         out: dev.upload::<bf16>(&bits[..m * n], vec![m, n], vec![n, 1]),
         pre: None,
@@ -611,6 +660,7 @@ fn wgmma_declines_what_it_cannot_run() {
     let gateless = LinearArgs {
         x: dev.upload::<bf16>(&bits[..m * k], vec![m, k], vec![k, 1]),
         w: dev.upload::<bf16>(&bits[..k * n], vec![k, n], vec![n, 1]),
+        w_id: None,
         out: dev.upload::<bf16>(&bits[..m * n], vec![m, n], vec![n, 1]),
         epilogue: Epilogue::ReluGrad,
         ..f32_args
@@ -702,6 +752,7 @@ fn run_chain<H: Float>(dev: &Device, c: ChainCase) -> Result<(), String> {
             .upload::<H>(&x_storage, x_shape.clone(), x_strides.clone())
             .into(),
         shape: x_shape.clone(),
+        id: None,
     };
     let layer_count = c.widths.len() - 1;
     let mut weights = Vec::new();
@@ -718,10 +769,12 @@ fn run_chain<H: Float>(dev: &Device, c: ChainCase) -> Result<(), String> {
         let w_op = Operand {
             handle: dev.upload::<H>(&w, vec![k, n], vec![n, 1]).into(),
             shape: vec![k, n],
+            id: None,
         };
         let b_op = Operand {
             handle: dev.upload::<H>(&b, vec![n], vec![1]).into(),
             shape: vec![n],
+            id: None,
         };
         weights.push((w, b, w_op, b_op));
     }

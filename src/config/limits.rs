@@ -18,6 +18,25 @@ pub struct Limits {
     pub time: Duration,
 }
 
+/// How much device memory, in MiB, the K-major copies of TF32 weights read again may hold in
+/// the process (`weight-copies-mib`; decision record 0009): 1024 by default, 0 keeps none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WeightCopies(pub u64);
+
+impl WeightCopies {
+    /// The budget in bytes.
+    pub fn bytes(self) -> usize {
+        (self.0 as usize).saturating_mul(1 << 20)
+    }
+}
+
+impl Default for WeightCopies {
+    fn default() -> Self {
+        Self(1024)
+    }
+}
+
 /// A [`Duration`] as whole milliseconds.
 mod millis {
     use serde::{Deserialize, Deserializer, Serializer};

@@ -23,7 +23,7 @@ mod choices;
 mod limits;
 
 pub use choices::*;
-pub use limits::Limits;
+pub use limits::{Limits, WeightCopies};
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -66,13 +66,17 @@ pub struct HypatiaConfig {
     /// autotuned choice (`HYPATIA_ENGINE_CANDIDATE`, e.g. `wgmma 128x256 s4 g16 persistent`;
     /// for benchmarks).
     pub engine_candidate: Option<String>,
+    /// Device memory (MiB) for K-major copies of f32 weights read again, which the TF32
+    /// `wgmma` kernel reads instead of copying the weight at each launch
+    /// (`HYPATIA_WEIGHT_COPIES_MIB`; 0: none; decision record 0009).
+    pub weight_copies_mib: WeightCopies,
     /// Bounds on each window's equality saturation (`[rewrite]` in the file).
     pub rewrite: Limits,
 }
 
 /// Each `HYPATIA_*` variable and the key it overrides. `HYPATIA_DISABLE` takes a
 /// comma-separated list; an empty variable counts as unset.
-pub const ENV: [(&str, &str); 13] = [
+pub const ENV: [(&str, &str); 14] = [
     ("HYPATIA_EXECUTION", "execution"),
     ("HYPATIA_F32", "f32"),
     ("HYPATIA_WGMMA", "wgmma"),
@@ -86,6 +90,7 @@ pub const ENV: [(&str, &str); 13] = [
     ("HYPATIA_DUMP", "dump"),
     ("HYPATIA_PROFILE", "profile"),
     ("HYPATIA_ENGINE_CANDIDATE", "engine-candidate"),
+    ("HYPATIA_WEIGHT_COPIES_MIB", "weight-copies-mib"),
 ];
 
 impl HypatiaConfig {
@@ -108,6 +113,10 @@ impl HypatiaConfig {
                 "disable" => (text.split(','))
                     .map(|p| serde_json::Value::from(p.trim()))
                     .collect(),
+                // A number key reads the variable as a number; text that is none stays text,
+                // and the check below names the variable.
+                _ if value[key].is_number() => (text.trim().parse::<u64>())
+                    .map_or_else(|_| serde_json::Value::from(text.clone()), Into::into),
                 _ => serde_json::Value::String(text.clone()),
             };
             value[key] = setting;
@@ -239,6 +248,7 @@ mod tests {
         assert_eq!(config.race, RacePolicy::Auto);
         assert_eq!(config.verify, VerifyMode::Off);
         assert!(config.disable.is_empty() && config.dump.is_none());
+        assert_eq!(config.weight_copies_mib, WeightCopies(1024));
         assert_eq!(config.rewrite.iterations, Limits::default().iterations);
         assert_eq!(HypatiaConfig::from_toml("").unwrap(), config);
     }
@@ -259,6 +269,7 @@ mod tests {
             dump = "dumps"
             profile = "h100.json"
             engine-candidate = "tiled"
+            weight-copies-mib = 0
             [rewrite]
             nodes = 500
             iterations = 3
@@ -278,6 +289,7 @@ mod tests {
         assert_eq!(config.dump, Some("dumps".into()));
         assert_eq!(config.profile, Some("h100.json".into()));
         assert_eq!(config.engine_candidate.as_deref(), Some("tiled"));
+        assert_eq!(config.weight_copies_mib, WeightCopies(0));
         assert_eq!(config.rewrite.time, Duration::from_millis(7));
         // Written back, it reads the same.
         let written = toml::to_string(&config).unwrap();
@@ -309,8 +321,10 @@ mod tests {
                 ("HYPATIA_DISABLE", "matmul, mlp-chain"),
                 ("HYPATIA_DUMP", "out"),
                 ("HYPATIA_CHAIN", ""),
+                ("HYPATIA_WEIGHT_COPIES_MIB", "64"),
             ]))
             .unwrap();
+        assert_eq!(config.weight_copies_mib.bytes(), 64 << 20);
         assert_eq!(config.race, RacePolicy::Burn);
         assert_eq!(
             config.chain,
@@ -328,6 +342,13 @@ mod tests {
             .override_from(vars(&[("HYPATIA_DISABLE", "matmul,nope")]))
             .unwrap_err();
         assert!(error.starts_with("HYPATIA_DISABLE=matmul,nope"), "{error}");
+        let error = HypatiaConfig::default()
+            .override_from(vars(&[("HYPATIA_WEIGHT_COPIES_MIB", "lots")]))
+            .unwrap_err();
+        assert!(
+            error.starts_with("HYPATIA_WEIGHT_COPIES_MIB=lots"),
+            "{error}"
+        );
     }
 
     #[test]

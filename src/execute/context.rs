@@ -55,6 +55,7 @@ pub(crate) fn operand<R: CubeRuntime>(
             .handles
             .get_handle(&tensor.id, &TensorStatus::ReadOnly),
         shape: tensor.shape.to_vec(),
+        id: Some(tensor.id.value()),
     }
 }
 
@@ -71,6 +72,8 @@ pub(crate) fn release<H: Clone>(
                 .expect("every tensor of a claimed block is in the context")
                 .id;
             context.handles.get_handle(&id, &TensorStatus::ReadWrite);
+            #[cfg(feature = "cuda")]
+            crate::kernel::hopper::forget(id.value());
             released.push(reference.id);
         }
     }

@@ -262,6 +262,7 @@ fn engine_keys_part_problems_a_candidate_declines() {
     let args = |m: usize, gate_pitch: usize| LinearArgs::<Runtime> {
         x: tensor([m, k], [k, 1]),
         w: tensor([k, n], [n, 1]),
+        w_id: None,
         bias: None,
         out: tensor([m, n], [n, 1]),
         pre: None,

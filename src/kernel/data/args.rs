@@ -12,6 +12,9 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub x: CubeTensor<R>,
     /// Weight `[.., k, n]`, padded to the output's rank.
     pub w: CubeTensor<R>,
+    /// `w`'s burn-fusion id ([`Operand::id`]), under which a candidate may keep a copy of it in
+    /// another layout.
+    pub w_id: Option<u64>,
     /// Bias, a row of `n`.
     pub bias: Option<CubeTensor<R>>,
     /// Activation output, contiguous.
@@ -36,6 +39,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
         Operand {
             handle: tensor.clone().into(),
             shape: tensor.meta.shape().to_vec(),
+            id: None,
         }
     }
 

@@ -14,6 +14,9 @@ pub struct Operand<R: Runtime> {
     pub handle: CubeFusionHandle<R>,
     /// The real shape.
     pub shape: Vec<usize>,
+    /// The tensor's burn-fusion id, where the caller has one: its contents never change, so a
+    /// kernel may keep a copy of it in another layout under this id (decision record 0009).
+    pub id: Option<u64>,
 }
 
 impl<R: Runtime> Operand<R> {

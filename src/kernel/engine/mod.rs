@@ -165,6 +165,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         handle.strides = Strides::new(&strides);
         tensor(handle, shape)
     };
+    let w_id = w.id;
     let (x, w) = (padded(x), padded(w));
     let client = x.client.clone();
     let device = x.device.clone();
@@ -189,6 +190,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         }),
         x,
         w,
+        w_id,
     };
     let outputs = LinearOutputs {
         out: args.out.clone().into(),

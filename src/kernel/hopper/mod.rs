@@ -18,11 +18,14 @@
 //! aligned operands, a contiguous bias and gate. Anything else is declined with a reason and
 //! another candidate runs. TF32 `wgmma` reads both operands K-major only, so an f32 operand in
 //! another layout is first copied K-major (`transpose`), inside the launch that the engine's
-//! autotune times (decision record 0001).
+//! autotune times (decision record 0001); a weight read again keeps its copy (`copies`,
+//! decision record 0009).
+mod copies;
 mod source;
 mod tiling;
 mod transpose;
 
+pub use copies::{forget, kept_bytes};
 pub use source::{KERNEL_SOURCE, WgmmaElem, WgmmaSource};
 pub use tiling::*;
 
@@ -177,7 +180,11 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         false => (args.x.clone(), a_m_major, x_pitch),
     };
     let (w, b_k_major, w_pitch) = match tf32 && !b_k_major {
-        true => (transpose::transposed(&args.w, [k, n, w_pitch])?, true, k),
+        true => (
+            copies::k_major(&args.w, args.w_id, [k, n, w_pitch])?,
+            true,
+            k,
+        ),
         false => (args.w.clone(), b_k_major, w_pitch),
     };
     // Persistent: one CTA per SM (fewer when there are fewer tiles).
