@@ -150,4 +150,6 @@ mod book {
     struct Decision0007;
     #[doc = include_str!("../docs/decisions/0008-learner-test-loader.md")]
     struct Decision0008;
+    #[doc = include_str!("../docs/decisions/0009-tf32-weight-copies.md")]
+    struct Decision0009;
 }
