@@ -1,4 +1,5 @@
-//! The `[rewrite]` table: bounds on one equality-saturation run of the rewrite stage.
+//! The configuration's bounds: the `[rewrite]` table (one equality-saturation run of the
+//! rewrite stage) and the device memory of the TF32 weight copies.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

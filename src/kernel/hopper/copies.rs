@@ -17,6 +17,7 @@ use burn_cubecl::tensor::CubeTensor;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What a copy is kept under: its source's stable id and the matrix copied
 /// (`[rows, cols, pitch]`).
@@ -102,6 +103,10 @@ impl<V> Copies<V> {
 /// The process's copies: device tensors of any runtime (each a `CubeTensor<R>`).
 pub(crate) static COPIES: Mutex<Copies<Box<dyn Any + Send>>> = Mutex::new(Copies::new());
 
+/// Whether any launch has recorded a copy: until one does, [`forget`], called for every tensor
+/// a fused launch releases (bf16 and f16 included), returns without taking the lock.
+static RECORDED: AtomicBool = AtomicBool::new(false);
+
 /// `w`'s `[k, n]` matrix (`dims`: `[k, n, pitch]`) K-major: the copy kept under `w`'s id
 /// `id`, else a new one, kept if the module's rules say so.
 pub(crate) fn k_major<R: CubeRuntime>(
@@ -113,6 +118,7 @@ pub(crate) fn k_major<R: CubeRuntime>(
         return transposed(w, dims);
     };
     let key = CopyKey { id, dims };
+    RECORDED.store(true, Ordering::Relaxed);
     let mut copies = COPIES.lock().unwrap_or_else(|e| e.into_inner());
     let kept = copies
         .get(key)
@@ -128,6 +134,9 @@ pub(crate) fn k_major<R: CubeRuntime>(
 
 /// Drops the K-major copies of tensor `id`: its last reader has run.
 pub fn forget(id: u64) {
+    if !RECORDED.load(Ordering::Relaxed) {
+        return;
+    }
     COPIES.lock().unwrap_or_else(|e| e.into_inner()).forget(id);
 }
 
