@@ -13,28 +13,35 @@ mod model;
 #[path = "suite/properties.rs"]
 mod properties;
 
+use common::serial;
+
 #[test]
 fn matches_burn_in_bf16() {
+    let _serial = serial();
     check::check_half::<burn::tensor::bf16>();
 }
 
 #[test]
 fn mlp_chains_match_burn_in_bf16() {
+    let _serial = serial();
     check::check_half_chain::<burn::tensor::bf16>();
 }
 
 /// Property cases in bf16 (`tests/suite/properties.rs`, `chain_properties.rs`), one suite a test.
 #[test]
 fn forward_properties_hold_in_bf16() {
+    let _serial = serial();
     check::check_half_properties::<burn::tensor::bf16>(check::Properties::Forward);
 }
 
 #[test]
 fn backward_properties_hold_in_bf16() {
+    let _serial = serial();
     check::check_half_properties::<burn::tensor::bf16>(check::Properties::Backward);
 }
 
 #[test]
 fn chain_properties_hold_in_bf16() {
+    let _serial = serial();
     check::check_half_properties::<burn::tensor::bf16>(check::Properties::Chains);
 }

@@ -13,28 +13,35 @@ mod model;
 #[path = "suite/properties.rs"]
 mod properties;
 
+use common::serial;
+
 #[test]
 fn matches_burn_in_f16() {
+    let _serial = serial();
     check::check_half::<burn::tensor::f16>();
 }
 
 #[test]
 fn mlp_chains_match_burn_in_f16() {
+    let _serial = serial();
     check::check_half_chain::<burn::tensor::f16>();
 }
 
 /// Property cases in f16 (`tests/suite/properties.rs`, `chain_properties.rs`), one suite a test.
 #[test]
 fn forward_properties_hold_in_f16() {
+    let _serial = serial();
     check::check_half_properties::<burn::tensor::f16>(check::Properties::Forward);
 }
 
 #[test]
 fn backward_properties_hold_in_f16() {
+    let _serial = serial();
     check::check_half_properties::<burn::tensor::f16>(check::Properties::Backward);
 }
 
 #[test]
 fn chain_properties_hold_in_f16() {
+    let _serial = serial();
     check::check_half_properties::<burn::tensor::f16>(check::Properties::Chains);
 }

@@ -11,10 +11,15 @@
 //! Built with `--features cuda`.
 #![cfg(feature = "cuda")]
 
+#[allow(dead_code)] // the shared helpers serve several binaries
+#[path = "suite/common.rs"]
+mod common;
+
 use burn::backend::cuda::CudaDevice;
 use burn_backend::DType;
 use burn_cubecl::tensor::CubeTensor;
 use burn_std::{Metadata, Shape, Strides};
+use common::serial;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use half::{bf16, f16};
@@ -573,6 +578,7 @@ fn check_all<H: Float>() {
 
 #[test]
 fn wgmma_linear_matches_f64_reference_bf16() {
+    let _serial = serial();
     check_all::<bf16>();
 }
 
@@ -580,12 +586,14 @@ fn wgmma_linear_matches_f64_reference_bf16() {
 // processes side by side.
 #[test]
 fn wgmma_linear_matches_f64_reference_f16() {
+    let _serial = serial();
     check_all::<f16>();
 }
 
 /// f32 as TF32: x and w in every layout, those not K-major copied K-major first.
 #[test]
 fn wgmma_linear_matches_f64_reference_tf32() {
+    let _serial = serial();
     check_all::<f32>();
 }
 
@@ -594,6 +602,7 @@ fn wgmma_linear_matches_f64_reference_tf32() {
 /// reference, another weight of another id reads its own values, and `forget` drops the copy.
 #[test]
 fn tf32_weight_copies_are_kept_read_and_forgotten() {
+    let _serial = serial();
     let Some(dev) = &Device::hopper() else {
         return;
     };
@@ -627,6 +636,7 @@ fn tf32_weight_copies_are_kept_read_and_forgotten() {
 
 #[test]
 fn wgmma_declines_what_it_cannot_run() {
+    let _serial = serial();
     let Some(dev) = Device::hopper() else {
         return;
     };
@@ -839,6 +849,7 @@ fn run_chain<H: Float>(dev: &Device, c: ChainCase) -> Result<(), String> {
 
 #[test]
 fn grid_chain_matches_f64_reference() {
+    let _serial = serial();
     let dev = Device::cuda();
     if !grid::supported(&dev.client) {
         eprintln!("the device does not run the grid-wide chain: not exercised here");
@@ -866,6 +877,7 @@ fn grid_chain_matches_f64_reference() {
 /// from its own counters, and none waits on blocks that another launch keeps from running.
 #[test]
 fn grid_chains_on_two_streams_complete() {
+    let _serial = serial();
     let dev = Device::cuda();
     if !grid::supported(&dev.client) {
         eprintln!("the device does not run the grid-wide chain: not exercised here");

@@ -1,9 +1,13 @@
 //! burn-train's Learner on `Autodiff<Hypatia<Wgpu>>` against `Autodiff<Wgpu>`: the
 //! `train_learner` example's code, on the handwritten digits (lavapipe in CI).
 
+#[allow(dead_code)] // the shared helpers serve several binaries
+#[path = "suite/common.rs"]
+mod common;
 #[path = "../examples/common/learner.rs"]
 mod learner;
 
+use common::serial;
 use learner::{Precision, RunArgs, Strategy, Which};
 
 fn args(backend: Which, dir: &str) -> RunArgs {
@@ -34,6 +38,7 @@ fn args(backend: Which, dir: &str) -> RunArgs {
 /// far more, and the loss must also fall.
 #[test]
 fn learner_trains_on_hypatia_as_on_burn() {
+    let _serial = serial();
     let device = learner::devices(1);
     let hypatia = learner::run(
         &args(Which::Hypatia, "hypatia-learner-h"),
@@ -74,6 +79,7 @@ fn learner_trains_on_hypatia_as_on_burn() {
 #[cfg(feature = "distributed")]
 #[test]
 fn an_all_reduce_is_opaque_to_the_fuser() {
+    let _serial = serial();
     use burn_ir::TensorStatus;
     use burn_ir::{AllReduceOpIr, DistributedOperationIr, OperationIr, TensorId, TensorIr};
     use hypatia::capture::{CapturedOp, OpKind};
@@ -97,6 +103,7 @@ fn an_all_reduce_is_opaque_to_the_fuser() {
 #[cfg(feature = "distributed")]
 #[test]
 fn autodiff_hypatia_is_a_distributed_autodiff_backend() {
+    let _serial = serial();
     fn ddp_ready<
         B: burn::tensor::backend::AutodiffBackend
             + burn::tensor::backend::distributed::DistributedBackend,

@@ -18,6 +18,14 @@ fn device() -> burn_backend::tensor::Device<Plain> {
     Default::default()
 }
 
+/// Held for each test's body: the configuration and the injected fault these tests set are
+/// the process's (burn-fusion's thread reads them), and they count the process's launches.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Keeps each step on Hypatia's kernel (no race against Burn's fused matmul, whose turns would
 /// run Burn's side for some executions), then restores no fault, verify mode off and the
 /// default race policy, even when an assertion fails.
@@ -84,6 +92,7 @@ fn fused_runs() -> u64 {
 
 #[test]
 fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
+    let _serial = serial();
     let _reset = Reset::new();
     let (before, runs) = (fallbacks("launch-failed"), fused_runs());
     inject_fault(Fault::Launch);
@@ -104,6 +113,7 @@ fn a_kernel_that_fails_to_launch_falls_back_to_burns_ops() {
 
 #[test]
 fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
+    let _serial = serial();
     let _reset = Reset::new();
     let before = fallbacks("verify-mismatch");
     update_config(|c| c.verify = VerifyMode::Strict);
@@ -128,6 +138,7 @@ fn strict_verify_fails_the_next_read_and_keeps_burns_result() {
 
 #[test]
 fn strict_verify_fails_the_next_sync() {
+    let _serial = serial();
     let _reset = Reset::new();
     update_config(|c| c.verify = VerifyMode::Strict);
     inject_fault(Fault::WrongResult);
@@ -145,6 +156,7 @@ fn strict_verify_fails_the_next_sync() {
 
 #[test]
 fn warn_verify_falls_back_without_an_error() {
+    let _serial = serial();
     let _reset = Reset::new();
     let before = fallbacks("verify-mismatch");
     update_config(|c| c.verify = VerifyMode::Warn);
@@ -156,6 +168,7 @@ fn warn_verify_falls_back_without_an_error() {
 
 #[test]
 fn verify_accepts_the_real_kernel() {
+    let _serial = serial();
     let _reset = Reset::new();
     let stats = || crate::stats(&device());
     let verified = |s: crate::FusionStats| {

@@ -222,6 +222,7 @@ const ACTIVATIONS: [Act; 6] = [
 
 #[test]
 fn every_activation_matches_burn_tiled() {
+    let _serial = serial();
     for act in ACTIVATIONS {
         check_activation(act, ExecutionPolicy::Tiled, &SHAPES);
     }
@@ -229,6 +230,7 @@ fn every_activation_matches_burn_tiled() {
 
 #[test]
 fn every_activation_matches_burn_split() {
+    let _serial = serial();
     for act in ACTIVATIONS {
         check_activation(act, ExecutionPolicy::Split, &SHAPES);
     }
@@ -238,6 +240,7 @@ fn every_activation_matches_burn_split() {
 /// epilogue kernel after it).
 #[test]
 fn every_activation_matches_burn_on_the_engine() {
+    let _serial = serial();
     for act in ACTIVATIONS {
         check_activation(act, ExecutionPolicy::TensorCore, &SHAPES[1..2]);
     }
@@ -246,6 +249,7 @@ fn every_activation_matches_burn_on_the_engine() {
 /// Run-time parameters are read at each execution: one plan, several slopes and bounds.
 #[test]
 fn parameters_change_between_calls() {
+    let _serial = serial();
     let device = device();
     for act in [
         Act::LeakyRelu(0.01),
@@ -268,6 +272,7 @@ fn parameters_change_between_calls() {
 /// matmuls are claimed (forcing an execution claims them on any device).
 #[test]
 fn linear_without_activation_matches_burn() {
+    let _serial = serial();
     check_activation(Act::None, ExecutionPolicy::Tiled, &SHAPES);
     check_activation(Act::None, ExecutionPolicy::Split, &SHAPES[1..]);
 }
@@ -276,6 +281,7 @@ fn linear_without_activation_matches_burn() {
 /// it to Burn's ops, with Burn's result, and says why.
 #[test]
 fn a_gelu_with_another_constant_runs_as_burn() {
+    let _serial = serial();
     fn not_gelu<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>, b: Tensor<B, 1>) -> TensorData {
         let pre = x.matmul(w) + b.unsqueeze();
         (pre.clone() * ((pre / 1.5).erf() + 1.0) / 2.0).into_data()
@@ -326,6 +332,7 @@ fn a_gelu_with_another_constant_runs_as_burn() {
 /// matmuls, as devices with matrix units do: the drop must not end the window at the matmul.
 #[test]
 fn nn_linear_without_bias_fuses_with_gelu() {
+    let _serial = serial();
     for policy in [ExecutionPolicy::Auto, ExecutionPolicy::Tiled] {
         let _guard = ConfigGuard::set(|c| c.execution = policy);
         linear_without_bias_then_gelu();
@@ -361,6 +368,7 @@ fn linear_without_bias_then_gelu() {
 /// backward: GELU and ReLU do (asserted), the others are printed (see the book's "What fuses").
 #[test]
 fn gradients_match_burn_under_autodiff() {
+    let _serial = serial();
     use burn::backend::Autodiff;
     fn grads<B: burn::tensor::backend::AutodiffBackend>(
         act: Act,

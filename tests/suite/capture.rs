@@ -80,6 +80,7 @@ fn normalise(ops: &[OperationIr]) -> Value {
 
 #[test]
 fn mlp_backward_stream_matches_the_fixture() {
+    let _serial = serial();
     let captured = normalise(&capture_backward());
     if std::env::var("HYPATIA_BLESS").is_ok_and(|v| v == "1") {
         let text = serde_json::to_string_pretty(&captured).unwrap();
@@ -104,6 +105,7 @@ fn mlp_backward_stream_matches_the_fixture() {
 /// `mask_fill(dx, lower_equal_elem(pre, 0), 0)` on the pre-activation.
 #[test]
 fn fixture_has_each_layers_backward_ops() {
+    let _serial = serial();
     let fixture: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture()).expect("fixture")).unwrap();
     let names: Vec<String> = fixture.as_array().unwrap().iter().map(op_name).collect();

@@ -141,14 +141,51 @@ pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
     assert!(relative <= tol, "relative error {relative} > {tol}");
 }
 
+/// Held for the whole body of every test that runs ops on the device (`let _serial =
+/// serial();` first): such tests run one at a time, the rest in parallel, so the suite runs
+/// with the default thread count.
+///
+/// What these tests change or count is process-wide. The configuration: burn-fusion's thread
+/// reads it and Burn's tensor API has no place to pass one, so a test of a policy through that
+/// API changes the process's ([`ConfigGuard`]); tests of the choices themselves build a
+/// `HypatiaConfig` and pass it (`src/execute/policy.rs`). The counters (`hypatia::stats`): a
+/// test reads how many launches its own ops made. Burn's seed, which the learner and property
+/// tests set to compare two backends on equal weights.
+pub struct Serial(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+thread_local! {
+    /// Whether this thread holds [`serial`]'s lock.
+    static SERIAL_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Takes the device tests' lock ([`Serial`]).
+pub fn serial() -> Serial {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A failed test poisons the lock; its guards have put back the configuration already.
+    let guard = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    SERIAL_HELD.set(true);
+    Serial(guard)
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        SERIAL_HELD.set(false);
+    }
+}
+
 /// Changes the process's configuration until the guard drops, then puts back the one before,
-/// even when an assertion fails. These tests go through Burn's tensor API, which has no place
-/// for a configuration, so they change the process's (hence `--test-threads=1`); tests of the
-/// choices themselves build a `HypatiaConfig` and pass it (`src/execute/policy.rs`).
+/// even when an assertion fails. Only under [`serial`]: another test would run with this one's
+/// configuration.
 pub struct ConfigGuard(Option<hypatia::config::HypatiaConfig>);
 
 impl ConfigGuard {
     pub fn set(change: impl FnOnce(&mut hypatia::config::HypatiaConfig)) -> Self {
+        assert!(
+            SERIAL_HELD.get(),
+            "a test that changes the configuration holds `serial()` first"
+        );
         let _ = device();
         Self(Some(hypatia::config::update_config(change)))
     }

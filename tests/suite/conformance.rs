@@ -369,12 +369,14 @@ fn run_all(cases: Vec<Case>) -> usize {
 
 #[test]
 fn tensor_ops_match_burn() {
+    let _serial = serial();
     let outputs = run_all(forward_cases::<Fused, Plain>());
     assert!(outputs >= 140, "{outputs} outputs compared");
 }
 
 #[test]
 fn autodiff_ops_match_burn() {
+    let _serial = serial();
     let outputs = run_all(autodiff_cases::<Autodiff<Fused>, Autodiff<Plain>>());
     assert!(outputs >= 12, "{outputs} gradients compared");
 }

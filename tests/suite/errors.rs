@@ -56,6 +56,7 @@ fn tensor<B: Backend, const D: usize>(shape: [usize; D], device: &B::Device) -> 
 
 #[test]
 fn shape_and_dtype_mistakes_fail_as_in_burn() {
+    let _serial = serial();
     let errors = [
         // Inner dims differ.
         same_outcome!(|d| tensor::<B, 2>([4, 3], d)

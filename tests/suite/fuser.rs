@@ -35,6 +35,7 @@ fn linear_relu(ir: &mut IrBuilder) -> T {
 
 #[test]
 fn stays_open_through_a_linear_relu_and_is_ready_at_its_end() {
+    let _serial = serial();
     let mut ir = IrBuilder::new();
     let y = linear_relu(&mut ir);
     let (fuser, statuses) = feed(&ir, &[y]);
@@ -48,6 +49,7 @@ fn stays_open_through_a_linear_relu_and_is_ready_at_its_end() {
 
 #[test]
 fn closes_on_a_window_that_does_not_start_with_a_matmul() {
+    let _serial = serial();
     let mut ir = IrBuilder::new();
     let (x, w, b) = linear_operands(&mut ir);
     let x2 = ir.add(x, x);
@@ -66,6 +68,7 @@ fn unclaimed() -> IrBuilder {
 
 #[test]
 fn closes_when_a_mask_completes_no_match() {
+    let _serial = serial();
     // relu of another tensor after a matmul: the matmul's pattern cannot end any more.
     let mut ir = unclaimed();
     let (x, w, _) = linear_operands(&mut ir);
@@ -80,6 +83,7 @@ fn closes_when_a_mask_completes_no_match() {
 
 #[test]
 fn closes_when_no_claim_comes_within_the_pending_ops() {
+    let _serial = serial();
     // A matmul followed by a long run of views that lead nowhere.
     let mut ir = unclaimed();
     let (x, w, _) = linear_operands(&mut ir);
@@ -98,6 +102,7 @@ fn closes_when_no_claim_comes_within_the_pending_ops() {
 
 #[test]
 fn a_long_window_closes_where_a_layer_begins() {
+    let _serial = serial();
     // Twelve Linear + ReLU layers (five ops each): longer than the fuser holds. It must close
     // on a layer's first op with a claim of whole layers; a claim cut inside a layer would
     // leave the next window out of phase with the stored ones (see `SOFT_WINDOW`).
@@ -172,6 +177,7 @@ fn linear_relu_viewed() -> (HypatiaFuser<Runtime>, T) {
 
 #[test]
 fn a_drop_after_a_whole_claim_and_views_closes_with_the_whole_block_claimed() {
+    let _serial = serial();
     // Linear + ReLU, a view of its output, then autodiff's drop (of the view, or of a tensor
     // the block holds that the window never read): nothing more can join the claim, and a
     // claim of the whole block runs as soon as burn-fusion has queued it (a claim leaving a
@@ -187,6 +193,7 @@ fn a_drop_after_a_whole_claim_and_views_closes_with_the_whole_block_claimed() {
 
 #[test]
 fn an_init_after_a_whole_claim_leaves_it_open() {
+    let _serial = serial();
     // An `Init` after a claim is what burn-fusion feeds when it merges another block (a bias
     // from host data) into this one for the op that reads both: closing there would refuse
     // the merge, and the Linear would lose its epilogue.
@@ -199,6 +206,7 @@ fn an_init_after_a_whole_claim_leaves_it_open() {
 
 #[test]
 fn a_drop_after_an_unclaimed_op_leaves_the_claim_as_it_was() {
+    let _serial = serial();
     // An op past the claim that is not a view may still start or feed a later match: the
     // drop neither grows the claim over it nor closes the fuser.
     let mut ir = IrBuilder::new();

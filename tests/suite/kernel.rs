@@ -9,11 +9,13 @@ use hypatia::FusedPattern;
 
 #[test]
 fn matches_burn_f32_on_odd_and_tile_shapes() {
+    let _serial = serial();
     check::<Plain, Fused, 2>(SHAPES);
 }
 
 #[test]
 fn matches_burn_on_rank_three_input() {
+    let _serial = serial();
     let cases = [
         Case {
             lead: &[3],
@@ -34,6 +36,7 @@ fn matches_burn_on_rank_three_input() {
 
 #[test]
 fn matches_burn_on_transposed_operands() {
+    let _serial = serial();
     let cases = [
         Case {
             transpose_w: true,
@@ -60,6 +63,7 @@ fn matches_burn_on_transposed_operands() {
 
 #[test]
 fn keeps_nan_and_inf_like_burn() {
+    let _serial = serial();
     let cases = [
         Case {
             specials: true,
@@ -75,6 +79,7 @@ fn keeps_nan_and_inf_like_burn() {
 
 #[test]
 fn split_execution_matches_burn() {
+    let _serial = serial();
     let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::Split);
     let split = |s: &hypatia::FusionStats| {
         s.patterns
@@ -107,6 +112,7 @@ fn split_execution_matches_burn() {
 
 #[test]
 fn tensor_core_execution_matches_burn() {
+    let _serial = serial();
     let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::TensorCore);
     let engine = |s: &hypatia::FusionStats| {
         s.patterns
@@ -147,6 +153,7 @@ fn tensor_core_execution_matches_burn() {
 /// (`unsupported-gate`), and a gate read at the output's offset instead of its row's is wrong.
 #[test]
 fn relu_grad_reads_a_pitched_gate() {
+    let _serial = serial();
     use burn::prelude::*;
     use hypatia::config::ExecutionPolicy;
     let device = device();
@@ -241,6 +248,7 @@ fn relu_grad_reads_a_pitched_gate() {
 /// longer is (an H100 panicked there, `HYPATIA_WGMMA=half` after a run with it offered).
 #[test]
 fn engine_keys_part_problems_a_candidate_declines() {
+    let _serial = serial();
     use burn_cubecl::tensor::CubeTensor;
     use burn_std::{Metadata, Shape, Strides};
     use hypatia::config::WgmmaOffer;

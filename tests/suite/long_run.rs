@@ -58,6 +58,7 @@ fn bytes_in_use() -> u64 {
 
 #[test]
 fn ten_thousand_steps_keep_memory_and_plans_flat() {
+    let _serial = serial();
     const STEPS: usize = 10_000;
     const WARM_UP: usize = 500;
     let start = std::time::Instant::now();
@@ -101,6 +102,7 @@ fn ten_thousand_steps_keep_memory_and_plans_flat() {
 
 #[test]
 fn two_threads_train_two_models_at_once() {
+    let _serial = serial();
     const STEPS: usize = 300;
     // Each model alone first (this also starts both fusion services before the threads do).
     let alone: Vec<_> = [21, 42]

@@ -20,6 +20,7 @@ fn infer<B: Backend, const D: usize>(shape: [usize; D], bias: bool) -> TensorDat
 
 #[test]
 fn inference_equals_burn_and_runs_fused_kernels() {
+    let _serial = serial();
     let before = executed();
     let actual = infer::<Fused, 2>([33, 32], true);
     assert_eq!(
@@ -47,6 +48,7 @@ fn inference_equals_burn_and_runs_fused_kernels() {
 
 #[test]
 fn linear_without_bias_runs_fused() {
+    let _serial = serial();
     let before = executed();
     let actual = infer::<Fused, 2>([9, 32], false);
     assert_eq!(
@@ -98,6 +100,7 @@ fn check_chained_sizes<const D: usize>(
 
 #[test]
 fn chained_layers_equal_burn_in_one_launch() {
+    let _serial = serial();
     let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     for m in [1, 17, 33, 64] {
         check_chained([m, 32], true, 1, false);
@@ -126,6 +129,7 @@ fn chained_layers_equal_burn_in_one_launch() {
 /// being recorded, make the same single chain launch.
 #[test]
 fn eager_submission_keeps_one_chain_launch() {
+    let _serial = serial();
     let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     let _submit = ConfigGuard::set(|c| c.submit = hypatia::config::SubmitPolicy::Eager);
     let _sync = ConfigGuard::set(|c| c.sync = hypatia::config::SyncPolicy::Spin);
@@ -141,6 +145,7 @@ fn eager_submission_keeps_one_chain_launch() {
 /// block is flushed; under `Never` none is. The results stay Burn's.
 #[test]
 fn chain_launches_are_flushed_to_an_idle_device_thread() {
+    let _serial = serial();
     let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     let device = device();
     let model = Mlp::<Fused>::new(SIZES, true, &device);
@@ -167,6 +172,7 @@ fn chain_launches_are_flushed_to_an_idle_device_thread() {
 
 #[test]
 fn no_chain_when_switched_off() {
+    let _serial = serial();
     let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Never);
     let before = (chain_launches(), executed());
     let actual = infer::<Fused, 2>([3, 32], true);
@@ -184,6 +190,7 @@ fn no_chain_when_switched_off() {
 /// while the policy says never), in any order, with Burn's results.
 #[test]
 fn a_remembered_chain_decision_follows_sizes_and_policy() {
+    let _serial = serial();
     use hypatia::config::ChainPolicy::{Always, Never};
     let device = device();
     let model = Mlp::<Fused>::new(SIZES, true, &device);
@@ -218,6 +225,7 @@ fn a_remembered_chain_decision_follows_sizes_and_policy() {
 /// every input rank, still in one chain launch per forward and with Burn's results.
 #[test]
 fn a_models_biases_are_reshaped_once() {
+    let _serial = serial();
     let _chain = ConfigGuard::set(|c| c.chain = hypatia::config::ChainPolicy::Always);
     let device = device();
     let model = Mlp::<Fused>::new(SIZES, true, &device);

@@ -1,23 +1,26 @@
 //! The property tests in f32 (f16 runs in `tests/half_f16.rs`, a process of its own).
 
 use super::chain_properties::check_chains;
-use super::common::{Fused, Plain};
+use super::common::{Fused, Plain, serial};
 use super::properties::{check_backward, check_forward};
 
 #[test]
 fn forward_f32_matches_burn() {
+    let _serial = serial();
     let burn_wrong = check_forward::<f32, Plain, Fused>(24);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }
 
 #[test]
 fn backward_f32_matches_burn() {
+    let _serial = serial();
     let burn_wrong = check_backward::<f32, Plain, Fused>(12);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }
 
 #[test]
 fn mlp_chains_f32_match_burn() {
+    let _serial = serial();
     let burn_wrong = check_chains::<f32, Plain, Fused>(12);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }

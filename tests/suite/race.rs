@@ -62,6 +62,7 @@ fn forms<B: Backend, const D: usize>(
 /// Burn's results, and no Hypatia kernel ran where Burn's fused matmul takes the step's ops.
 #[test]
 fn burns_side_gives_burns_results_on_every_form() {
+    let _serial = serial();
     let _race = ConfigGuard::set(|c| c.race = RacePolicy::Burn);
     let (k, n) = (33, 65);
     let w = data(2, &[k, n], 0.2);
@@ -117,6 +118,7 @@ fn burns_side_gives_burns_results_on_every_form() {
 /// races again.
 #[test]
 fn a_race_decides_each_real_shape_once() {
+    let _serial = serial();
     let _race = ConfigGuard::set(|c| c.race = RacePolicy::Always);
     let (k, n) = (31, 47);
     let w = data(20, &[k, n], 0.2);
@@ -147,6 +149,7 @@ fn a_race_decides_each_real_shape_once() {
 /// execution gives Burn's results. Before, `Auto` raced only where the device had matrix units.
 #[test]
 fn the_default_policy_races_on_every_device() {
+    let _serial = serial();
     let _race = ConfigGuard::set(|c| c.race = RacePolicy::Auto);
     let (m, k, n) = (21, 37, 29);
     let w = data(30, &[k, n], 0.2);
@@ -169,6 +172,7 @@ fn the_default_policy_races_on_every_device() {
 /// with them) are another computation: they race on their own.
 #[test]
 fn equal_steps_share_one_race() {
+    let _serial = serial();
     let _race = ConfigGuard::set(|c| c.race = RacePolicy::Always);
     let (m, k, n) = (13, 29, 43);
     // Each form gets a race's runs and then some.
@@ -250,6 +254,7 @@ fn inputs<B: Backend>(
 /// gradients): under `Autodiff`, gradients equal Burn's whichever side ran.
 #[test]
 fn raced_backward_matches_burn() {
+    let _serial = serial();
     for policy in [RacePolicy::Always, RacePolicy::Burn] {
         let _race = ConfigGuard::set(|c| c.race = policy);
         let before =
@@ -276,6 +281,7 @@ fn raced_backward_matches_burn() {
 /// gradients.
 #[test]
 fn burns_side_runs_every_backward_step() {
+    let _serial = serial();
     let _race = ConfigGuard::set(|c| c.race = RacePolicy::Burn);
     let _policy = ConfigGuard::set(|c| c.execution = ExecutionPolicy::Tiled);
     let patterns = [FusedPattern::MatmulReluGrad, FusedPattern::Matmul];

@@ -6,6 +6,7 @@ use burn::prelude::*;
 
 #[test]
 fn egg_runs_once_per_distinct_window() {
+    let _serial = serial();
     let device = device();
     let model = Mlp::<Fused>::new([24, 40, 40, 4], true, &device);
     let x = Tensor::<Fused, 2>::from_data(data(5, &[19, 24], 1.0), &device);

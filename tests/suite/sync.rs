@@ -37,6 +37,7 @@ fn forwards_and_syncs(thread: usize) {
 
 #[test]
 fn every_sync_policy_waits_from_several_threads() {
+    let _serial = serial();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let syncs = (THREADS * SYNCS) as u64;
     for (policy, spun) in [
@@ -61,6 +62,7 @@ fn every_sync_policy_waits_from_several_threads() {
 /// under a spinning and a parking `sync`.
 #[test]
 fn every_submit_policy_gives_burns_results_from_several_threads() {
+    let _serial = serial();
     for submit in [
         SubmitPolicy::Eager,
         SubmitPolicy::Batched,

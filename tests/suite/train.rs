@@ -132,6 +132,7 @@ fn check_backward(policy: ExecutionPolicy) -> Backward {
 
 #[test]
 fn backward_matches_burn() {
+    let _serial = serial();
     let ran = check_backward(ExecutionPolicy::Auto);
     assert!(ran.gated > 0, "relu's gradient never ran fused");
     assert!(ran.bias_grads > 0, "no bias gradient came from a kernel");
@@ -139,6 +140,7 @@ fn backward_matches_burn() {
 
 #[test]
 fn backward_matches_burn_with_launches_flushed() {
+    let _serial = serial();
     // Handing each block's launches to the device thread at once (`FlushPolicy::Blocks`)
     // changes when they run, never what they compute; the plans are those of the default.
     let _flush = ConfigGuard::set(|c| c.flush = FlushPolicy::Blocks);
@@ -154,6 +156,7 @@ fn backward_matches_burn_with_launches_flushed() {
 
 #[test]
 fn auto_flushes_only_blocks_predicted_to_keep_the_device_busy() {
+    let _serial = serial();
     use burn::tensor::DType;
     use hypatia::config::AUTO_FLUSH_MIN_GPU_US;
     use hypatia::execute::has_matrix_units;
@@ -201,6 +204,7 @@ fn auto_flushes_only_blocks_predicted_to_keep_the_device_busy() {
 
 #[test]
 fn backward_with_every_matmul_fused_matches_burn() {
+    let _serial = serial();
     // Forcing an execution claims plain matmuls too (weight gradients, the last layer).
     // The output layer's bias gradient then comes from its weight gradient's step.
     let ran = check_backward(ExecutionPolicy::Tiled);
@@ -216,6 +220,7 @@ fn backward_with_every_matmul_fused_matches_burn() {
 
 #[test]
 fn verify_mode_checks_a_bias_gradient_summed_from_dy() {
+    let _serial = serial();
     // Strict verify compares each fused step's first execution with Burn's ops, the output
     // layer's bias gradient (summed from its weight gradient's `dy`) among them: a wrong sum
     // would fail the next sync.
@@ -247,6 +252,7 @@ fn verify_mode_checks_a_bias_gradient_summed_from_dy() {
 
 #[test]
 fn bias_gradients_match_burn_on_every_execution() {
+    let _serial = serial();
     // The split sums the output in a second pass; the engine autotunes over candidates that
     // sum in the epilogue (its tiled kernel) and that do not (Burn's matmul first).
     for policy in [ExecutionPolicy::Split, ExecutionPolicy::TensorCore] {
@@ -308,6 +314,7 @@ fn train<B: AutodiffBackend>(steps: usize) -> Trained {
 
 #[test]
 fn adam_training_matches_burn() {
+    let _serial = serial();
     let before = pattern_count(FusedPattern::MatmulReluGrad);
     let fused = train::<Autodiff<Fused>>(100);
     assert!(
@@ -360,6 +367,7 @@ const TRAIN_TOLERANCE: f32 = if cfg!(feature = "cuda") { 5e-2 } else { 1e-3 };
 /// `Autodiff<Hypatia<..>>` equal Burn's, with NaN and ±Inf in x.
 #[test]
 fn relu_applied_twice_matches_burn() {
+    let _serial = serial();
     fn run<B: AutodiffBackend>(x: &TensorData, w: &TensorData, b: &TensorData) -> Vec<TensorData> {
         let device = Default::default();
         let x = Tensor::<B, 2>::from_data(x.clone(), &device).require_grad();

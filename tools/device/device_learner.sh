@@ -10,7 +10,9 @@
 # holds STEPS × 8192 samples whatever the batch), RUN_TIMEOUT (300 s). Each run's output goes
 # to $OUT/RUN.txt; a table of the last epoch's samples/s and every epoch's train loss is
 # printed last. NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for
-# runs side by side on other GPUs (CUDA_VISIBLE_DEVICES) after one setup.
+# runs side by side on other GPUs (CUDA_VISIBLE_DEVICES) after one setup. THREADS=1 writes each
+# run's busiest threads every 5 s (tools/device/threads.py) to $OUT/RUN.threads: which thread
+# bounds a step.
 set -u
 ROOT=$(pwd)
 if [ -z "${NO_SETUP:-}" ]; then
@@ -31,7 +33,12 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
     --devices "$devices" --batch-size "$batch" --dtype "${DTYPE:-bf16}" --data synthetic \
     --features "${FEATURES:-1024}" --classes "${CLASSES:-1024}" --hidden "${HIDDEN:-4096}" \
     --samples "$samples" --epochs "${EPOCHS:-3}" --cli --artifact-dir "/tmp/learner-$tag" \
-    >"$OUT/$tag.txt" 2>&1 || echo "$run: stopped (rc $?), see $tag.txt"
+    >"$OUT/$tag.txt" 2>&1 &
+  pid=$!
+  if [ -n "${THREADS:-}" ]; then
+    sleep 1 && python3 "$ROOT/tools/device/threads.py" "$(pgrep -n -P $pid)" 5 >"$OUT/$tag.threads" &
+  fi
+  wait $pid || echo "$run: stopped (rc $?), see $tag.txt"
   # The report's rows: epoch, train loss, valid loss, valid accuracy, samples/s.
   rows=$(awk '/^epoch  train-loss/{on=1; next} on && /^ +[0-9]+ /{print}' "$OUT/$tag.txt")
   losses=$(echo "$rows" | awk '{printf "%s ", $2}')
