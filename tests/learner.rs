@@ -29,6 +29,8 @@ fn args(backend: Which, dir: &str) -> RunArgs {
         artifact_dir: Some(std::env::temp_dir().join(dir)),
         cli: true,
         checkpoint: false,
+        // The statistics' JSON is printed, so its serialisation runs here too.
+        stats: true,
     }
 }
 

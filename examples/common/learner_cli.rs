@@ -86,6 +86,10 @@ pub struct RunArgs {
     /// checkpointer (see the book's Learner chapter for Burn 0.21's fault with it).
     #[arg(long)]
     pub checkpoint: bool,
+    /// After the run, print Hypatia's statistics of each device as JSON (`hypatia::stats`:
+    /// fused steps by pattern, races, e-graph runs and their time, host hand-overs).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 impl RunArgs {
@@ -198,6 +202,10 @@ pub fn run(args: &RunArgs, kind: Strategy, devices: Vec<Device>) -> Report {
             let stats = hypatia::stats(device);
             let fused: u64 = stats.patterns.keys().map(|p| stats.executed(p)).sum();
             println!("hypatia on {device:?}: {fused} fused steps");
+            if args.stats {
+                let json = serde_json::to_string(&stats).expect("stats serialise");
+                println!("hypatia stats on {device:?}: {json}");
+            }
         }
     }
     report

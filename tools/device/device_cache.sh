@@ -21,6 +21,16 @@ case "$1" in
     if [ "$(cat "$ROOT/target/build-id" 2>/dev/null)" != "$(build_id)" ]; then
       echo "device_cache: other binaries made this cache; its autotune results kept, its PTX dropped"
       rm -rf "$ROOT/target/cuda"
+    fi
+    # CubeCL keeps autotune results per device index. On a machine of identical GPUs, device 0's
+    # results serve the others: without them each further GPU tunes every shape in its first
+    # step, and under DDP the other GPUs wait for it in the first all-reduce.
+    if [ "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort -u | wc -l)" = 1 ]; then
+      for dir in "$ROOT"/target/autotune/*/device-0-0-cuda; do
+        for i in $(seq 1 $(($(nvidia-smi -L | wc -l) - 1))); do
+          mkdir -p "${dir%0-cuda}$i-cuda" && cp "$dir"/* "${dir%0-cuda}$i-cuda/"
+        done
+      done
     fi ;;
   save)
     # The device tool returns files of up to 16 MiB: past that, the autotune results alone.

@@ -7,12 +7,14 @@
 # RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH` (batch per device), e.g.
 # `hypatia:single:1:8192 burn:ddp:2:8192`; DTYPE (bf16), EPOCHS (3), HIDDEN (4096), FEATURES
 # and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the synthetic set
-# holds STEPS × 8192 samples whatever the batch), RUN_TIMEOUT (300 s). Each run's output goes
-# to $OUT/RUN.txt; a table of the last epoch's samples/s and every epoch's train loss is
-# printed last. NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for
+# holds STEPS × 8192 samples whatever the batch), ARGS (more options of the example, e.g.
+# `--stats`), RUN_TIMEOUT (300 s). Each run's output goes to $OUT/RUN.txt, each line led by the
+# seconds since the run started; a table of the last epoch's samples/s and every epoch's train
+# loss is printed last (the first EPOCHS epochs: under `ddp` burn-train 0.21 logs an extra,
+# empty one). NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for
 # runs side by side on other GPUs (CUDA_VISIBLE_DEVICES) after one setup. THREADS=1 writes each
-# run's busiest threads every 5 s (tools/device/threads.py) to $OUT/RUN.threads: which thread
-# bounds a step.
+# run's busiest threads and each GPU's utilization every 5 s (tools/device/threads.py) to
+# $OUT/RUN.threads: which thread or GPU bounds a step.
 set -u
 ROOT=$(pwd)
 if [ -z "${NO_SETUP:-}" ]; then
@@ -25,6 +27,11 @@ NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__
 export LD_LIBRARY_PATH="${NCCL_LIB:+$NCCL_LIB:}${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
 cd .device
 samples=$(( ${STEPS:-64} * 8192 ))
+# Each output line gets the seconds since the run started: when its first step came, and why.
+stamp='import sys, time
+t = time.time()
+for line in sys.stdin: print(f"{time.time() - t:7.1f} {line}", end="")'
+
 table=""
 for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
   IFS=: read -r backend strategy devices batch <<<"$run"
@@ -32,15 +39,16 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
   timeout "${RUN_TIMEOUT:-300}" ./train_multi_gpu --backend "$backend" --strategy "$strategy" \
     --devices "$devices" --batch-size "$batch" --dtype "${DTYPE:-bf16}" --data synthetic \
     --features "${FEATURES:-1024}" --classes "${CLASSES:-1024}" --hidden "${HIDDEN:-4096}" \
-    --samples "$samples" --epochs "${EPOCHS:-3}" --cli --artifact-dir "/tmp/learner-$tag" \
-    >"$OUT/$tag.txt" 2>&1 &
+    --samples "$samples" --epochs "${EPOCHS:-3}" --cli --artifact-dir "/tmp/learner-$tag" ${ARGS:-} \
+    > >(python3 -u -c "$stamp" >"$OUT/$tag.txt") 2>&1 &
   pid=$!
   if [ -n "${THREADS:-}" ]; then
     sleep 1 && python3 "$ROOT/tools/device/threads.py" "$(pgrep -n -P $pid)" 5 >"$OUT/$tag.threads" &
   fi
   wait $pid || echo "$run: stopped (rc $?), see $tag.txt"
+  wait # the time stamps' and threads' writers
   # The report's rows: epoch, train loss, valid loss, valid accuracy, samples/s.
-  rows=$(awk '/^epoch  train-loss/{on=1; next} on && /^ +[0-9]+ /{print}' "$OUT/$tag.txt")
+  rows=$(cut -c9- "$OUT/$tag.txt" | awk '/^epoch  train-loss/{on=1; next} on && /^ +[0-9]+ /{print}' | head -n "${EPOCHS:-3}")
   losses=$(echo "$rows" | awk '{printf "%s ", $2}')
   rate=$(echo "$rows" | tail -1 | awk '{print $5}')
   table+="$(printf '%-28s %10s   %s' "$run" "${rate:-?}" "$losses")"$'\n'

@@ -1,9 +1,11 @@
 """Per-thread CPU use of a running process: every INTERVAL seconds until it exits, one line of its
-busiest threads (name: % of one core), from /proc/PID/task/*/stat.
+busiest threads (name: % of one core), from /proc/PID/task/*/stat, and each GPU's utilization
+(nvidia-smi's: the share of its last sample period in which a kernel ran). A thread at 100 % may
+be spinning in a wait for the GPU; the GPU column tells which of the two bounds the run.
 
     python3 threads.py PID INTERVAL
 """
-import os, sys, time
+import os, subprocess, sys, time
 pid, interval = int(sys.argv[1]), float(sys.argv[2])
 tick = os.sysconf('SC_CLK_TCK')
 def snap():
@@ -20,11 +22,18 @@ def snap():
     except OSError:
         return None
     return out
+def gpus():
+    try:
+        out = subprocess.run(['nvidia-smi', '--query-gpu=utilization.gpu', '--format=csv,noheader,nounits'],
+                             capture_output=True, text=True, timeout=5).stdout.split()
+        return 'gpu% ' + ','.join(out)
+    except (OSError, subprocess.SubprocessError):
+        return ''
 prev, t0 = snap(), time.time()
 while prev is not None:
     time.sleep(interval)
     cur = snap()
     if cur is None: break
     rows = sorted(((cur[t][1] - prev.get(t, (0, 0))[1]) / tick / interval * 100, cur[t][0]) for t in cur)[::-1][:5]
-    print(f"{time.time()-t0:5.0f}s " + "  ".join(f"{n}:{p:.0f}%" for p, n in rows if p >= 3), flush=True)
+    print(f"{time.time()-t0:5.0f}s " + "  ".join(f"{n}:{p:.0f}%" for p, n in rows if p >= 3) + "  " + gpus(), flush=True)
     prev = cur
