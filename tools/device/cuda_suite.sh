@@ -11,8 +11,8 @@
 #
 # `run` unpacks .device/suite.tgz, restores CubeCL's autotune/PTX caches from
 # .device/cache.tar.xz (tools/device/device_cache.sh), runs each chunk with `--test-threads=1
-# --nocapture` (one test's output after another: a chunk stopped by its limit shows how far it got) under
-# `timeout $CHUNK_TIMEOUT` (default 480 s: a 10-minute call also restores and saves the
+# --nocapture` (one test's output after another: a chunk stopped by its limit shows how far it
+# got) under `timeout $CHUNK_TIMEOUT` (default 480 s: a 10-minute call also restores and saves the
 # caches), appends its output to $OUT/suite.log (or .device/suite.log) and saves the caches to
 # $OUT/cache.tar.xz: copy that to .device/ here for the next call (check it with `xz -t`).
 # PROPTEST_CASES sets the property tests' case count (default: each test's); JOBS=N runs N

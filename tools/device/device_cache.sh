@@ -25,9 +25,10 @@ case "$1" in
     # CubeCL keeps autotune results per device index. On a machine of identical GPUs, device 0's
     # results serve the others: without them each further GPU tunes every shape in its first
     # step, and under DDP the other GPUs wait for it in the first all-reduce.
-    if [ "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort -u | wc -l)" = 1 ]; then
+    names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
+    if [ -n "$names" ] && [ "$(sort -u <<<"$names" | wc -l)" = 1 ]; then
       for dir in "$ROOT"/target/autotune/*/device-0-0-cuda; do
-        for i in $(seq 1 $(($(nvidia-smi -L | wc -l) - 1))); do
+        for i in $(seq 1 $(($(wc -l <<<"$names") - 1))); do
           mkdir -p "${dir%0-cuda}$i-cuda" && cp "$dir"/* "${dir%0-cuda}$i-cuda/"
         done
       done
