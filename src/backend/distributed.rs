@@ -7,7 +7,8 @@
 //! uses the trait's default methods; its `all_reduce` is recorded into Hypatia's op stream as
 //! `OperationIr::Distributed`, which the fuser never claims (an opaque op closes its window,
 //! see [`OpKind::is_pattern_kind`](crate::capture::OpKind::is_pattern_kind)), and runs on the
-//! inner `CubeBackend`.
+//! inner `CubeBackend`. Each all-reduce is pushed to the GPU as soon as it is recorded
+//! ([`collective_recorded`](crate::host::submit::collective_recorded)).
 
 use super::{Fused, HypatiaBackend, HypatiaFusion, Inner};
 use burn_backend::DeviceId;
@@ -41,8 +42,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Distribute
         op: ReduceOperation,
         device_ids: Vec<DeviceId>,
     ) -> CollectiveTensor<Self> {
+        let device = tensor.client.device().clone();
         let reduced = Fused::<R, F, I, BT>::all_reduce(tensor, op, device_ids);
-        crate::host::submit::submitted();
+        // On the GPU now, whatever this device's training thread does next (decision record 0010).
+        crate::host::submit::collective_recorded::<R, HypatiaBackend<R, F, I, BT>>(&device);
         // Same primitive (`FusionTensor`); `resolve` on it runs `sync_collective` below.
         CollectiveTensor::new(unsafe { reduced.assume_resolved() })
     }

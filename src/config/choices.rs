@@ -168,6 +168,22 @@ pub enum SubmitPolicy {
     Paced,
 }
 
+/// When a collective that `Hypatia<B>` records (burn-train's DDP gradient all-reduce) reaches
+/// the GPU (see `host::submit::collective_recorded`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CollectivePolicy {
+    /// At once: burn-fusion's and CubeCL's queues of the device are flushed behind it, so no
+    /// device's NCCL call waits for that device's training thread (the default; decision
+    /// record 0010).
+    #[default]
+    Push,
+    /// When the queues fill or the device's thread syncs or reads, as under Burn's `Fusion`:
+    /// DDP can then deadlock against burn-train's one-slot metric channel (decision record
+    /// 0010).
+    Lazy,
+}
+
 /// The predicted GPU time (µs) of a block's fused kernels from which [`FlushPolicy::Auto`]
 /// flushes it: about what the host takes to record one training step of an MLP (0.38-0.45 ms
 /// on the H100 machines, `bench_train`'s "before the sync"). A block of less GPU work than
@@ -245,6 +261,7 @@ by_name!(
     FlushPolicy,
     SyncPolicy,
     SubmitPolicy,
+    CollectivePolicy,
     VerifyMode,
     Pattern
 );
@@ -308,6 +325,8 @@ mod tests {
         use SubmitPolicy as U;
         let submits = [U::Auto, U::Eager, U::Batched, U::Paced];
         assert_parses(&["auto", "eager", "batched", "paced"], &submits, "lazy");
+        use CollectivePolicy as L;
+        assert_parses(&["push", "lazy"], &[L::Push, L::Lazy], "eager");
         use VerifyMode as V;
         assert_parses(
             &["off", "warn", "strict"],

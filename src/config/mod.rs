@@ -50,6 +50,8 @@ pub struct HypatiaConfig {
     pub sync: SyncPolicy,
     /// When recorded ops go to burn-fusion's thread (`HYPATIA_SUBMIT`).
     pub submit: SubmitPolicy,
+    /// When a recorded collective reaches the GPU (`HYPATIA_COLLECTIVE`; decision record 0010).
+    pub collective: CollectivePolicy,
     /// Whether the first run of each fused step is checked against Burn's ops
     /// (`HYPATIA_VERIFY`; see [`fallback::verify`](crate::fallback::verify)).
     pub verify: VerifyMode,
@@ -76,7 +78,7 @@ pub struct HypatiaConfig {
 
 /// Each `HYPATIA_*` variable and the key it overrides. `HYPATIA_DISABLE` takes a
 /// comma-separated list; an empty variable counts as unset.
-pub const ENV: [(&str, &str); 14] = [
+pub const ENV: [(&str, &str); 15] = [
     ("HYPATIA_EXECUTION", "execution"),
     ("HYPATIA_F32", "f32"),
     ("HYPATIA_WGMMA", "wgmma"),
@@ -85,6 +87,7 @@ pub const ENV: [(&str, &str); 14] = [
     ("HYPATIA_FLUSH", "flush"),
     ("HYPATIA_SYNC", "sync"),
     ("HYPATIA_SUBMIT", "submit"),
+    ("HYPATIA_COLLECTIVE", "collective"),
     ("HYPATIA_VERIFY", "verify"),
     ("HYPATIA_DISABLE", "disable"),
     ("HYPATIA_DUMP", "dump"),

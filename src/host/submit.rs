@@ -15,7 +15,7 @@
 
 use super::pace::Pace;
 use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
-use crate::config::{SubmitPolicy, SyncPolicy, config};
+use crate::config::{CollectivePolicy, SubmitPolicy, SyncPolicy, config};
 use crate::stats;
 use burn_backend::{Backend, ExecutionError};
 use burn_cubecl::CubeRuntime;
@@ -130,6 +130,37 @@ pub fn submitted() {
             handle.flush_queue();
         }
     }
+}
+
+/// After `HypatiaFusion` records a collective (an all-reduce) on `device`, from any thread:
+/// burn-fusion's thread there runs the recording thread's stream, which launches the
+/// collective into CubeCL's queue, then flushes that queue so the GPU starts it. Neither
+/// thread waits on the other.
+///
+/// Both queues otherwise hold a task until 32 are queued or their caller blocks, and neither
+/// Burn 0.21 nor CubeCL 0.10 flushes them after an all-reduce (burn-fusion's
+/// `ensure_collective_init` means to, but tests the wrong way). Under burn-train's DDP, a
+/// device's thread can then block on burn-train's metric channel (one slot) while its
+/// all-reduce waits unlaunched, and the metric thread waits on another device's GPU, which
+/// waits inside NCCL for this device's part: a deadlock (decision record 0010).
+pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(device: &B::Device) {
+    if config().collective == CollectivePolicy::Lazy {
+        return;
+    }
+    // No waiter: Hypatia has no tensor on `device` (see [`start`]), so nothing of its waits there.
+    let Some(handle) = waiter(device.to_id()) else {
+        return;
+    };
+    let target = device.clone();
+    handle.submit(move |_: &mut Waiter| {
+        // The task runs under the recording thread's stream: `sync` drains that stream.
+        let client = burn_fusion::get_client::<B>(&target);
+        let id = target.to_id();
+        // Non-blocking: CubeCL's thread may be inside NCCL's communicator start-up, which
+        // waits for the other devices' collectives.
+        client.sync(move || DeviceHandle::<R::Server>::new(id).flush_queue());
+    });
+    handle.flush_queue();
 }
 
 /// `Fusion<B>::sync`: under a spinning [`SyncPolicy`], queued as a task of burn-fusion's thread
