@@ -2,8 +2,9 @@
 //! from several threads at once, the results are Burn's, and the policy decides which waits
 //! spin (burn-fusion's thread on CubeCL's, and the caller on burn-fusion's).
 
-use super::check::linear_relu_matches_burn;
+use super::check::{burn_tolerance, linear_relu_matches_burn};
 use super::common::*;
+use burn::tensor::DType;
 use hypatia::config::{SubmitPolicy, SyncPolicy};
 use hypatia::host::sync::SPIN_MIN_CORES;
 
@@ -74,5 +75,70 @@ fn every_submit_policy_gives_burns_results_from_several_threads() {
             let _sync = ConfigGuard::set(|c| c.sync = sync);
             run_threads();
         }
+    }
+}
+
+/// What a gradient-sync thread does under DDP: it records an op and leaves it, never syncing.
+/// Under Burn's batched hand-over the op waits in the queues; `collective_recorded` (decision
+/// record 0010) makes burn-fusion's thread run that thread's stream, and Hypatia's claimed
+/// Linear + ReLU then runs without any sync, with Burn's result.
+#[test]
+fn a_recorded_collective_runs_its_threads_ops_without_a_sync() {
+    use burn::tensor::Tensor;
+    use burn::tensor::activation::relu;
+    use burn::tensor::module::linear;
+    use hypatia::config::CollectivePolicy;
+    let _serial = serial();
+    let _submit = ConfigGuard::set(|c| c.submit = SubmitPolicy::Batched);
+    let executions = || hypatia::stats(&device()).host.executions;
+    let (x, w, b) = (
+        data(61, &[17, 33], 1.0),
+        data(62, &[33, 9], 0.3),
+        data(63, &[9], 1.0),
+    );
+    for policy in [CollectivePolicy::Lazy, CollectivePolicy::Push] {
+        let _collective = ConfigGuard::set(|c| c.collective = policy);
+        let inputs = (x.clone(), w.clone(), b.clone());
+        // A thread of its own: a stream no other test's op is queued on.
+        let (before, after, out) = std::thread::spawn(move || {
+            let device = device();
+            let (x, w, b) = inputs;
+            let (x, w, b) = (
+                Tensor::<Fused, 2>::from_data(x, &device),
+                Tensor::<Fused, 2>::from_data(w, &device),
+                Tensor::<Fused, 1>::from_data(b, &device),
+            );
+            let before = executions();
+            let out = relu(linear(x, w, Some(b)));
+            hypatia::host::submit::collective_recorded::<
+                Runtime,
+                hypatia::HypatiaBackend<Runtime, f32, i32, u32>,
+            >(&device);
+            // Up to 60 s for burn-fusion's thread to take the task (lavapipe, 2 cores).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while executions() == before && std::time::Instant::now() < deadline {
+                if policy == CollectivePolicy::Lazy {
+                    // Nothing flushes: a second is long enough to see it stay queued.
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let after = executions();
+            (before, after, out.into_data())
+        })
+        .join()
+        .expect("the recording thread");
+        match policy {
+            CollectivePolicy::Lazy => assert_eq!(after, before, "lazy: the op stays queued"),
+            CollectivePolicy::Push => assert!(after > before, "push: the op ran"),
+        }
+        let device = device();
+        let reference = relu(linear(
+            Tensor::<Plain, 2>::from_data(x.clone(), &device),
+            Tensor::from_data(w.clone(), &device),
+            Some(Tensor::from_data(b.clone(), &device)),
+        ));
+        assert_close(&out, &reference.into_data(), burn_tolerance(DType::F32));
     }
 }
