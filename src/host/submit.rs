@@ -9,6 +9,8 @@
 //! - [`submitted`], after each op, flushes the queue so burn-fusion's thread fuses the ops
 //!   while the caller records the next ones;
 //! - [`fusion_sync`] queues burn-fusion's own `sync` and spins on its answer before parking.
+//! - [`collective_recorded`], after an all-reduce, has burn-fusion's and CubeCL's threads launch
+//!   it at once, whatever the recording thread does next (decision record 0010).
 //!
 //! Both need a task of Hypatia's on burn-fusion's thread: `Waiter`, a service of that
 //! thread's stage (CubeCL runs every service of a device and stage on one thread, in order).
