@@ -153,14 +153,15 @@ pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(device: &B::Device)
     let Some(handle) = waiter(device.to_id()) else {
         return;
     };
-    let target = device.clone();
+    // Both found here, not on burn-fusion's thread: a handle's look-up takes the lock a
+    // starting service holds while it waits for that thread (see [`start`]).
+    let client = burn_fusion::get_client::<B>(device);
+    let cubecl = DeviceHandle::<R::Server>::new(device.to_id());
     handle.submit(move |_: &mut Waiter| {
         // The task runs under the recording thread's stream: `sync` drains that stream.
-        let client = burn_fusion::get_client::<B>(&target);
-        let id = target.to_id();
         // Non-blocking: CubeCL's thread may be inside NCCL's communicator start-up, which
         // waits for the other devices' collectives.
-        client.sync(move || DeviceHandle::<R::Server>::new(id).flush_queue());
+        client.sync(move || cubecl.flush_queue());
     });
     handle.flush_queue();
 }
