@@ -36,6 +36,8 @@ table=""
 for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
   IFS=: read -r backend strategy devices batch <<<"$run"
   tag=$(echo "$run" | tr ':' '-')
+  # A run repeated in one call (or one $OUT) keeps its own log: `-2`, `-3`, ...
+  n=2; base=$tag; while [ -e "$OUT/$tag.txt" ]; do tag=$base-$n; n=$((n + 1)); done
   timeout "${RUN_TIMEOUT:-300}" ./train_multi_gpu --backend "$backend" --strategy "$strategy" \
     --devices "$devices" --batch-size "$batch" --dtype "${DTYPE:-bf16}" --data synthetic \
     --features "${FEATURES:-1024}" --classes "${CLASSES:-1024}" --hidden "${HIDDEN:-4096}" \
