@@ -152,4 +152,6 @@ mod book {
     struct Decision0008;
     #[doc = include_str!("../docs/decisions/0009-tf32-weight-copies.md")]
     struct Decision0009;
+    #[doc = include_str!("../docs/decisions/0010-collectives-pushed.md")]
+    struct Decision0010;
 }
