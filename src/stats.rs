@@ -168,6 +168,9 @@ pub struct HostStats {
     /// `Hypatia<B>::sync` calls whose caller spun on burn-fusion's answer instead of parking
     /// ([`SyncPolicy`](crate::config::SyncPolicy), `host::submit`).
     pub caller_spins: u64,
+    /// DDP collective syncs queued on burn-fusion's thread instead of waited for
+    /// ([`CollectivePolicy::Queued`](crate::config::CollectivePolicy::Queued)).
+    pub queued_syncs: u64,
     /// Linear biases read through the row view made of them before, instead of a new reshape
     /// op (`Hypatia<B>::linear`, `backend::bias`).
     pub bias_views: u64,

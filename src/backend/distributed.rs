@@ -51,6 +51,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Distribute
     }
 
     fn sync_collective(device: &Device<Self>) {
-        Fused::<R, F, I, BT>::sync_collective(device)
+        let sync = Fused::<R, F, I, BT>::sync_collective;
+        // Queued on burn-fusion's thread where configured (decision record 0011).
+        if !crate::host::submit::collective_synced::<HypatiaBackend<R, F, I, BT>>(device, sync) {
+            sync(device)
+        }
     }
 }

@@ -182,6 +182,12 @@ pub enum CollectivePolicy {
     /// DDP can then deadlock against burn-train's one-slot metric channel (decision record
     /// 0010).
     Lazy,
+    /// As [`Push`](Self::Push), and the step's collective sync (burn-train's wait, after the
+    /// backward pass, for the reduced gradients) is queued on burn-fusion's thread of the
+    /// device instead of blocking the training thread until that thread has run the backward
+    /// pass: the GPU waits for NCCL, the host records the optimizer step meanwhile (decision
+    /// record 0011).
+    Queued,
 }
 
 /// The predicted GPU time (µs) of a block's fused kernels from which [`FlushPolicy::Auto`]
@@ -326,7 +332,11 @@ mod tests {
         let submits = [U::Auto, U::Eager, U::Batched, U::Paced];
         assert_parses(&["auto", "eager", "batched", "paced"], &submits, "lazy");
         use CollectivePolicy as L;
-        assert_parses(&["push", "lazy"], &[L::Push, L::Lazy], "eager");
+        assert_parses(
+            &["push", "lazy", "queued"],
+            &[L::Push, L::Lazy, L::Queued],
+            "eager",
+        );
         use VerifyMode as V;
         assert_parses(
             &["off", "warn", "strict"],

@@ -166,6 +166,31 @@ pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(device: &B::Device)
     handle.flush_queue();
 }
 
+/// burn-train's wait, after a DDP backward pass, for the reduced gradients
+/// (`DistributedBackend::sync_collective` on `device`) under [`CollectivePolicy::Queued`]: a
+/// task on burn-fusion's thread of the device, run under the caller's stream, does what
+/// `Fusion<B>::sync_collective` does (drain that stream, then make the GPU stream wait for
+/// NCCL's), while the caller goes on recording. Returns `false`, having done nothing, under
+/// another policy or where Hypatia has no tensor on `device`: the caller then syncs as Burn does.
+///
+/// Safe to queue: burn-fusion's thread runs its tasks in order, so the GPU stream's wait for
+/// NCCL is issued before any op the caller records next, and after every all-reduce of the
+/// step, each of which [`collective_recorded`] queued before burn-backend's gradient-sync
+/// server let the caller reach this sync (decision record 0011).
+pub fn collective_synced<B: FusionBackend>(device: &B::Device, sync: fn(&B::Device)) -> bool {
+    if config().collective != CollectivePolicy::Queued {
+        return false;
+    }
+    let Some(handle) = waiter(device.to_id()) else {
+        return false;
+    };
+    stats::record(&stats::device_key(device), |s| s.host.queued_syncs += 1);
+    let target = device.clone();
+    handle.submit(move |_: &mut Waiter| sync(&target));
+    handle.flush_queue();
+    true
+}
+
 /// `Fusion<B>::sync`: under a spinning [`SyncPolicy`], queued as a task of burn-fusion's thread
 /// with the caller spinning on its answer (up to `host::sync::SPIN`, then parked), instead
 /// of parking at once on burn-fusion's one-shot channel. The same drain and the same inner

@@ -131,7 +131,98 @@ fn a_recorded_collective_runs_its_threads_ops_without_a_sync() {
         .expect("the recording thread");
         match policy {
             CollectivePolicy::Lazy => assert_eq!(after, before, "lazy: the op stays queued"),
-            CollectivePolicy::Push => assert!(after > before, "push: the op ran"),
+            CollectivePolicy::Push | CollectivePolicy::Queued => {
+                assert!(after > before, "push: the op ran")
+            }
+        }
+        let device = device();
+        let reference = relu(linear(
+            Tensor::<Plain, 2>::from_data(x.clone(), &device),
+            Tensor::from_data(w.clone(), &device),
+            Some(Tensor::from_data(b.clone(), &device)),
+        ));
+        assert_close(&out, &reference.into_data(), burn_tolerance(DType::F32));
+    }
+}
+
+/// Where and under which stream the queued collective sync of the next test ran.
+static QUEUED_SYNC: std::sync::Mutex<Option<(std::thread::ThreadId, String)>> =
+    std::sync::Mutex::new(None);
+
+/// burn-train's collective sync after a DDP backward pass, queued (decision record 0011):
+/// under `queued` the caller does not wait, and burn-fusion's thread runs the sync under the
+/// caller's stream, which runs the caller's queued Linear + ReLU with Burn's result; under
+/// `push` nothing is queued and the caller syncs itself.
+#[test]
+fn a_queued_collective_sync_runs_on_burn_fusions_thread_under_the_callers_stream() {
+    use burn::tensor::Tensor;
+    use burn::tensor::activation::relu;
+    use burn::tensor::backend::Backend;
+    use burn::tensor::module::linear;
+    use burn_backend::StreamId;
+    use hypatia::config::CollectivePolicy;
+    let _serial = serial();
+    let _submit = ConfigGuard::set(|c| c.submit = SubmitPolicy::Batched);
+    let executions = || hypatia::stats(&device()).host.executions;
+    fn sync(device: &burn::tensor::Device<Fused>) {
+        let here = (
+            std::thread::current().id(),
+            format!("{:?}", StreamId::current()),
+        );
+        *QUEUED_SYNC.lock().unwrap() = Some(here);
+        Fused::sync(device).expect("the queued sync");
+    }
+    let (x, w, b) = (
+        data(71, &[17, 33], 1.0),
+        data(72, &[33, 9], 0.3),
+        data(73, &[9], 1.0),
+    );
+    for policy in [CollectivePolicy::Push, CollectivePolicy::Queued] {
+        let _collective = ConfigGuard::set(|c| c.collective = policy);
+        *QUEUED_SYNC.lock().unwrap() = None;
+        let inputs = (x.clone(), w.clone(), b.clone());
+        // A thread of its own: a stream no other test's op is queued on.
+        let (queued, before, after, caller, out) = std::thread::spawn(move || {
+            let device = device();
+            let (x, w, b) = inputs;
+            let out = relu(linear(
+                Tensor::<Fused, 2>::from_data(x, &device),
+                Tensor::from_data(w, &device),
+                Some(Tensor::<Fused, 1>::from_data(b, &device)),
+            ));
+            let before = executions();
+            let queued = hypatia::host::submit::collective_synced::<
+                hypatia::HypatiaBackend<Runtime, f32, i32, u32>,
+            >(&device, sync);
+            // Up to 60 s for burn-fusion's thread to take the task (lavapipe, 2 cores).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while queued && executions() == before && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let caller = (
+                std::thread::current().id(),
+                format!("{:?}", StreamId::current()),
+            );
+            (queued, before, executions(), caller, out.into_data())
+        })
+        .join()
+        .expect("the recording thread");
+        let ran = QUEUED_SYNC.lock().unwrap().clone();
+        match policy {
+            CollectivePolicy::Queued => {
+                assert!(queued, "queued: the sync is queued");
+                assert!(
+                    after > before,
+                    "queued: the caller's op ran without its sync"
+                );
+                let (thread, stream) = ran.expect("queued: the sync ran");
+                assert_ne!(thread, caller.0, "queued: on burn-fusion's thread");
+                assert_eq!(stream, caller.1, "queued: under the caller's stream");
+            }
+            _ => {
+                assert!(!queued, "{policy:?}: the caller syncs itself");
+                assert_eq!(ran, None, "{policy:?}: nothing queued");
+            }
         }
         let device = device();
         let reference = relu(linear(
