@@ -154,4 +154,6 @@ mod book {
     struct Decision0009;
     #[doc = include_str!("../docs/decisions/0010-collectives-pushed.md")]
     struct Decision0010;
+    #[doc = include_str!("../docs/decisions/0011-collective-sync-queued.md")]
+    struct Decision0011;
 }
