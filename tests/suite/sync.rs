@@ -78,70 +78,88 @@ fn every_submit_policy_gives_burns_results_from_several_threads() {
     }
 }
 
+/// Executions of claimed blocks on the test device so far.
+fn executions() -> u64 {
+    hypatia::stats(&device()).host.executions
+}
+
+/// On a thread of its own (a stream no other test's op is queued on): records a Linear + ReLU
+/// on `Fused` from inputs made of `seed`, runs `then` with the device and the executions
+/// before it, reads the output, and checks it against Burn's. Returns what `then` returned.
+fn linear_relu_then<T: Send + 'static>(
+    seed: u64,
+    then: impl FnOnce(&burn::tensor::Device<Fused>, u64) -> T + Send + 'static,
+) -> T {
+    use burn::tensor::Tensor;
+    use burn::tensor::activation::relu;
+    use burn::tensor::module::linear;
+    let (x, w, b) = (
+        data(seed, &[17, 33], 1.0),
+        data(seed + 1, &[33, 9], 0.3),
+        data(seed + 2, &[9], 1.0),
+    );
+    let inputs = (x.clone(), w.clone(), b.clone());
+    let (result, out) = std::thread::spawn(move || {
+        let device = device();
+        let (x, w, b) = inputs;
+        let out = relu(linear(
+            Tensor::<Fused, 2>::from_data(x, &device),
+            Tensor::from_data(w, &device),
+            Some(Tensor::<Fused, 1>::from_data(b, &device)),
+        ));
+        let result = then(&device, executions());
+        (result, out.into_data())
+    })
+    .join()
+    .expect("the recording thread");
+    let device = device();
+    let reference = relu(linear(
+        Tensor::<Plain, 2>::from_data(x, &device),
+        Tensor::from_data(w, &device),
+        Some(Tensor::from_data(b, &device)),
+    ));
+    assert_close(&out, &reference.into_data(), burn_tolerance(DType::F32));
+    result
+}
+
+/// Waits up to 60 s (lavapipe, 2 cores) for burn-fusion's thread to run a claimed block after
+/// `before` executions; the executions then.
+fn executions_after(before: u64) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while executions() == before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    executions()
+}
+
 /// What a gradient-sync thread does under DDP: it records an op and leaves it, never syncing.
 /// Under Burn's batched hand-over the op waits in the queues; `collective_recorded` (decision
 /// record 0010) makes burn-fusion's thread run that thread's stream, and Hypatia's claimed
 /// Linear + ReLU then runs without any sync, with Burn's result.
 #[test]
 fn a_recorded_collective_runs_its_threads_ops_without_a_sync() {
-    use burn::tensor::Tensor;
-    use burn::tensor::activation::relu;
-    use burn::tensor::module::linear;
     use hypatia::config::CollectivePolicy;
     let _serial = serial();
     let _submit = ConfigGuard::set(|c| c.submit = SubmitPolicy::Batched);
-    let executions = || hypatia::stats(&device()).host.executions;
-    let (x, w, b) = (
-        data(61, &[17, 33], 1.0),
-        data(62, &[33, 9], 0.3),
-        data(63, &[9], 1.0),
-    );
     for policy in [CollectivePolicy::Lazy, CollectivePolicy::Push] {
         let _collective = ConfigGuard::set(|c| c.collective = policy);
-        let inputs = (x.clone(), w.clone(), b.clone());
-        // A thread of its own: a stream no other test's op is queued on.
-        let (before, after, out) = std::thread::spawn(move || {
-            let device = device();
-            let (x, w, b) = inputs;
-            let (x, w, b) = (
-                Tensor::<Fused, 2>::from_data(x, &device),
-                Tensor::<Fused, 2>::from_data(w, &device),
-                Tensor::<Fused, 1>::from_data(b, &device),
-            );
-            let before = executions();
-            let out = relu(linear(x, w, Some(b)));
+        let (before, after) = linear_relu_then(61, move |device, before| {
             hypatia::host::submit::collective_recorded::<
                 Runtime,
                 hypatia::HypatiaBackend<Runtime, f32, i32, u32>,
-            >(&device);
-            // Up to 60 s for burn-fusion's thread to take the task (lavapipe, 2 cores).
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while executions() == before && std::time::Instant::now() < deadline {
-                if policy == CollectivePolicy::Lazy {
-                    // Nothing flushes: a second is long enough to see it stay queued.
-                    std::thread::sleep(std::time::Duration::from_secs(1));
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
+            >(device);
+            if policy == CollectivePolicy::Lazy {
+                // Nothing flushes: a second is long enough to see it stay queued.
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                (before, executions())
+            } else {
+                (before, executions_after(before))
             }
-            let after = executions();
-            (before, after, out.into_data())
-        })
-        .join()
-        .expect("the recording thread");
+        });
         match policy {
             CollectivePolicy::Lazy => assert_eq!(after, before, "lazy: the op stays queued"),
-            CollectivePolicy::Push | CollectivePolicy::Queued => {
-                assert!(after > before, "push: the op ran")
-            }
+            _ => assert!(after > before, "push: the op ran"),
         }
-        let device = device();
-        let reference = relu(linear(
-            Tensor::<Plain, 2>::from_data(x.clone(), &device),
-            Tensor::from_data(w.clone(), &device),
-            Some(Tensor::from_data(b.clone(), &device)),
-        ));
-        assert_close(&out, &reference.into_data(), burn_tolerance(DType::F32));
     }
 }
 
@@ -149,64 +167,40 @@ fn a_recorded_collective_runs_its_threads_ops_without_a_sync() {
 static QUEUED_SYNC: std::sync::Mutex<Option<(std::thread::ThreadId, String)>> =
     std::sync::Mutex::new(None);
 
+/// The calling thread and its stream.
+fn here() -> (std::thread::ThreadId, String) {
+    let stream = burn_backend::StreamId::current();
+    (std::thread::current().id(), format!("{stream:?}"))
+}
+
 /// burn-train's collective sync after a DDP backward pass, queued (decision record 0011):
 /// under `queued` the caller does not wait, and burn-fusion's thread runs the sync under the
 /// caller's stream, which runs the caller's queued Linear + ReLU with Burn's result; under
 /// `push` nothing is queued and the caller syncs itself.
 #[test]
 fn a_queued_collective_sync_runs_on_burn_fusions_thread_under_the_callers_stream() {
-    use burn::tensor::Tensor;
-    use burn::tensor::activation::relu;
     use burn::tensor::backend::Backend;
-    use burn::tensor::module::linear;
-    use burn_backend::StreamId;
     use hypatia::config::CollectivePolicy;
     let _serial = serial();
     let _submit = ConfigGuard::set(|c| c.submit = SubmitPolicy::Batched);
-    let executions = || hypatia::stats(&device()).host.executions;
     fn sync(device: &burn::tensor::Device<Fused>) {
-        let here = (
-            std::thread::current().id(),
-            format!("{:?}", StreamId::current()),
-        );
-        *QUEUED_SYNC.lock().unwrap() = Some(here);
+        *QUEUED_SYNC.lock().unwrap() = Some(here());
         Fused::sync(device).expect("the queued sync");
     }
-    let (x, w, b) = (
-        data(71, &[17, 33], 1.0),
-        data(72, &[33, 9], 0.3),
-        data(73, &[9], 1.0),
-    );
     for policy in [CollectivePolicy::Push, CollectivePolicy::Queued] {
         let _collective = ConfigGuard::set(|c| c.collective = policy);
         *QUEUED_SYNC.lock().unwrap() = None;
-        let inputs = (x.clone(), w.clone(), b.clone());
-        // A thread of its own: a stream no other test's op is queued on.
-        let (queued, before, after, caller, out) = std::thread::spawn(move || {
-            let device = device();
-            let (x, w, b) = inputs;
-            let out = relu(linear(
-                Tensor::<Fused, 2>::from_data(x, &device),
-                Tensor::from_data(w, &device),
-                Some(Tensor::<Fused, 1>::from_data(b, &device)),
-            ));
-            let before = executions();
+        let (queued, before, after, caller) = linear_relu_then(71, |device, before| {
             let queued = hypatia::host::submit::collective_synced::<
                 hypatia::HypatiaBackend<Runtime, f32, i32, u32>,
-            >(&device, sync);
-            // Up to 60 s for burn-fusion's thread to take the task (lavapipe, 2 cores).
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while queued && executions() == before && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            let caller = (
-                std::thread::current().id(),
-                format!("{:?}", StreamId::current()),
-            );
-            (queued, before, executions(), caller, out.into_data())
-        })
-        .join()
-        .expect("the recording thread");
+            >(device, sync);
+            let after = if queued {
+                executions_after(before)
+            } else {
+                before
+            };
+            (queued, before, after, here())
+        });
         let ran = QUEUED_SYNC.lock().unwrap().clone();
         match policy {
             CollectivePolicy::Queued => {
@@ -224,12 +218,5 @@ fn a_queued_collective_sync_runs_on_burn_fusions_thread_under_the_callers_stream
                 assert_eq!(ran, None, "{policy:?}: nothing queued");
             }
         }
-        let device = device();
-        let reference = relu(linear(
-            Tensor::<Plain, 2>::from_data(x.clone(), &device),
-            Tensor::from_data(w.clone(), &device),
-            Some(Tensor::from_data(b.clone(), &device)),
-        ));
-        assert_close(&out, &reference.into_data(), burn_tolerance(DType::F32));
     }
 }
