@@ -153,9 +153,9 @@ pub enum SubmitPolicy {
     #[default]
     Auto,
     /// After each op, so burn-fusion's thread fuses the ops while the caller records the next
-    /// ones, instead of all of them once the caller syncs. With several devices, a flush can
-    /// leave a device's queue full while its thread waits in a collective, and DDP then hangs
-    /// (decision record 0003).
+    /// ones, instead of all of them once the caller syncs. Each thread flushes the device it
+    /// last named in an op. With several devices, a flush can leave a device's queue full while
+    /// its thread waits in a collective, and DDP then hung (decision record 0003).
     Eager,
     /// Ops wait in burn-fusion's queue until it fills (32 tasks) or the caller syncs or reads,
     /// as under Burn's `Fusion`.

@@ -26,6 +26,7 @@ use burn_fusion::client::GlobalFusionClient;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use cubecl::device::{Device, DeviceId, DeviceService, DeviceServiceStage, ServerUtilitiesHandle};
 use cubecl::device_handle::DeviceHandle;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -52,6 +53,12 @@ type Waiters = Vec<(DeviceId, DeviceHandle<Waiter>, &'static Pace)>;
 static WAITERS: RwLock<Waiters> = RwLock::new(Vec::new());
 /// `WAITERS.len()`, read without the lock on every op (see [`submitted`]).
 static DEVICES: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The device this thread last named in an op (see [`start`]): the one whose queue
+    /// [`submitted`] flushes, where Hypatia runs on several.
+    static NAMED: Cell<Option<DeviceId>> = const { Cell::new(None) };
+}
 
 fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
     let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
@@ -100,6 +107,7 @@ fn submit_mode(devices: usize) -> SubmitPolicy {
 /// one runs. Other threads that queue Burn ops between 2 and 3 can still meet the race.
 pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device: &R::Device) {
     let id = device.to_id();
+    NAMED.with(|named| named.set(Some(id)));
     let started = |waiters: &Waiters| waiters.iter().any(|(known, ..)| *known == id);
     // Every tensor-creating op comes here: a read lock and a scan, no handle cloned.
     if started(&WAITERS.read().unwrap_or_else(|p| p.into_inner())) {
@@ -117,21 +125,34 @@ pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device:
 }
 
 /// Called after each op `HypatiaFusion` records: under an eager or paced [`SubmitPolicy`],
-/// flushes burn-fusion's queue of each device with a `Waiter` (each device Hypatia has tensors
-/// on), without waiting; paced, only where that thread has run the earlier flushes.
+/// flushes burn-fusion's queue of the device the calling thread last named (each device with
+/// a `Waiter`, where it named none), without waiting; paced, only where that thread has run the
+/// earlier flushes.
+///
+/// One device only: a flush makes the flushing thread wait until that device's thread takes
+/// its queue (`host::pace`), so flushing every device would tie each DDP worker thread to the
+/// other devices' threads. A thread that records on a device other than the one it last named
+/// leaves that device's ops queued, as [`SubmitPolicy::Batched`] does: only when they run
+/// changes, never what.
 pub fn submitted() {
     let paced = match submit_mode(DEVICES.load(Ordering::Relaxed)) {
         SubmitPolicy::Batched => return,
         mode => mode == SubmitPolicy::Paced,
     };
+    let named = NAMED.with(Cell::get);
     let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
-    for (_, handle, pace) in waiters.iter() {
+    for (_, handle, pace) in waiters.iter().filter(|(id, ..)| flushes(named, *id)) {
         if paced {
             pace.flush_if_idle(handle);
         } else {
             handle.flush_queue();
         }
     }
+}
+
+/// Whether [`submitted`] flushes `device`'s queue for a thread that last named `named`.
+fn flushes(named: Option<DeviceId>, device: DeviceId) -> bool {
+    named.is_none_or(|named| named == device)
 }
 
 /// After `HypatiaFusion` records a collective (an all-reduce) on `device`, from any thread:
@@ -233,5 +254,15 @@ mod tests {
         } else {
             assert_eq!(submit_mode(2), config().submit);
         }
+    }
+
+    /// A thread that named a device flushes that device's queue only; one that named none
+    /// flushes every device's.
+    #[test]
+    fn a_thread_flushes_the_device_it_named() {
+        let (a, b) = (DeviceId::new(0, 0), DeviceId::new(0, 1));
+        assert!(flushes(Some(a), a));
+        assert!(!flushes(Some(a), b));
+        assert!(flushes(None, a) && flushes(None, b));
     }
 }

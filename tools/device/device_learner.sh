@@ -4,8 +4,9 @@
 # (BINS=train_multi_gpu FEATURES=cuda,distributed PACK=learner.tgz
 # tools/device/pack_device.sh, here) and, if carried, .device/cache.tar.xz (tools/device/device_cache.sh).
 #
-# RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH` (batch per device), e.g.
-# `hypatia:single:1:8192 burn:ddp:2:8192`; DTYPE (bf16), EPOCHS (3), HIDDEN (4096), FEATURES
+# RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH[:SETTINGS]` (batch per device; SETTINGS:
+# comma-separated `VAR=VALUE` for that run only), e.g. `hypatia:single:1:8192 burn:ddp:2:8192
+# hypatia:ddp:2:8192:HYPATIA_SUBMIT=eager,HYPATIA_COLLECTIVE=queued`; DTYPE (bf16), EPOCHS (3), HIDDEN (4096), FEATURES
 # and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the synthetic set
 # holds STEPS × 8192 samples whatever the batch), ARGS (more options of the example, e.g.
 # `--stats`), RUN_TIMEOUT (300 s). Each run's output goes to $OUT/RUN.txt, each line led by the
@@ -14,8 +15,11 @@
 # empty one). NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for
 # runs side by side on other GPUs (CUDA_VISIBLE_DEVICES) after one setup. THREADS=1 writes each
 # run's busiest threads and each GPU's utilization every 5 s (tools/device/threads.py) to
-# $OUT/RUN.threads: which thread or GPU bounds a step.
+# $OUT/RUN.threads: which thread or GPU bounds a step. BUDGET (s): runs not started by then
+# are skipped, so a call ends inside its limit. PACK_LOGS=1 moves the logs into $OUT/logs.tgz
+# (the device tool returns only a few files).
 set -u
+START=$(date +%s)
 ROOT=$(pwd)
 if [ -z "${NO_SETUP:-}" ]; then
   tar xzf .device/learner.tgz -C .device
@@ -34,11 +38,16 @@ for line in sys.stdin: print(f"{time.time() - t:7.1f} {line}", end="")'
 
 table=""
 for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
-  IFS=: read -r backend strategy devices batch <<<"$run"
-  tag=$(echo "$run" | tr ':' '-')
+  IFS=: read -r backend strategy devices batch settings <<<"$run"
+  if [ -n "${BUDGET:-}" ] && [ $(($(date +%s) - START)) -gt "$BUDGET" ]; then
+    table+="$(printf '%-28s %10s' "$run" skipped)"$'\n'
+    continue
+  fi
+  tag=$(echo "$run" | tr ':,=' '-')
   # A run repeated in one call (or one $OUT) keeps its own log: `-2`, `-3`, ...
   n=2; base=$tag; while [ -e "$OUT/$tag.txt" ]; do tag=$base-$n; n=$((n + 1)); done
-  timeout "${RUN_TIMEOUT:-300}" ./train_multi_gpu --backend "$backend" --strategy "$strategy" \
+  # shellcheck disable=SC2046 # one word per setting
+  env $(tr ',' ' ' <<<"${settings:-}") timeout "${RUN_TIMEOUT:-300}" ./train_multi_gpu --backend "$backend" --strategy "$strategy" \
     --devices "$devices" --batch-size "$batch" --dtype "${DTYPE:-bf16}" --data synthetic \
     --features "${FEATURES:-1024}" --classes "${CLASSES:-1024}" --hidden "${HIDDEN:-4096}" \
     --samples "$samples" --epochs "${EPOCHS:-3}" --cli --artifact-dir "/tmp/learner-$tag" ${ARGS:-} \
@@ -58,3 +67,7 @@ done
 echo "== ${DTYPE:-bf16}, hidden ${HIDDEN:-4096}, $samples samples/epoch; last epoch's samples/s, train loss per epoch"
 printf '%s' "$table"
 [ -n "${NO_SAVE:-}" ] || (cd "$ROOT" && bash tools/device/device_cache.sh save >/dev/null)
+if [ -n "${PACK_LOGS:-}" ]; then
+  (cd "$OUT" && find . -maxdepth 1 \( -name '*.txt' -o -name '*.threads' \) ! -name device.txt -print0 |
+    tar czf logs.tgz --remove-files --null -T -)
+fi
