@@ -4,10 +4,10 @@
 # (BINS=train_multi_gpu FEATURES=cuda,distributed PACK=learner.tgz
 # tools/device/pack_device.sh, here) and, if carried, .device/cache.tar.xz (tools/device/device_cache.sh).
 #
-# RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH[:SETTINGS]` (batch per device; SETTINGS:
-# comma-separated `VAR=VALUE` for that run only), e.g. `hypatia:single:1:8192 burn:ddp:2:8192
-# hypatia:ddp:2:8192:HYPATIA_SUBMIT=eager,HYPATIA_COLLECTIVE=queued`; DTYPE (bf16), EPOCHS (3), HIDDEN (4096), FEATURES
-# and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the synthetic set
+# RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH[:SETTINGS]` (batch per device;
+# SETTINGS: comma-separated `VAR=VALUE` for that run only), e.g. `hypatia:single:1:8192
+# burn:ddp:2:8192 hypatia:ddp:2:8192:HYPATIA_SUBMIT=eager,HYPATIA_COLLECTIVE=queued`; DTYPE
+# (bf16), EPOCHS (3), HIDDEN (4096), FEATURES and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the synthetic set
 # holds STEPS × 8192 samples whatever the batch), ARGS (more options of the example, e.g.
 # `--stats`), RUN_TIMEOUT (300 s). Each run's output goes to $OUT/RUN.txt, each line led by the
 # seconds since the run started; a table of the last epoch's samples/s and every epoch's train
@@ -37,10 +37,12 @@ t = time.time()
 for line in sys.stdin: print(f"{time.time() - t:7.1f} {line}", end="")'
 
 table=""
+# One row of the table: the run, then its rate (or why it has none) and losses.
+row() { table+="$(printf '%-28s %10s   %s' "$1" "$2" "${3:-}")"$'\n'; }
 for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
   IFS=: read -r backend strategy devices batch settings <<<"$run"
   if [ -n "${BUDGET:-}" ] && [ $(($(date +%s) - START)) -gt "$BUDGET" ]; then
-    table+="$(printf '%-28s %10s' "$run" skipped)"$'\n'
+    row "$run" skipped
     continue
   fi
   tag=$(echo "$run" | tr ':,=' '-')
@@ -62,7 +64,7 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
   rows=$(cut -c9- "$OUT/$tag.txt" | awk '/^epoch  train-loss/{on=1; next} on && /^ +[0-9]+ /{print}' | head -n "${EPOCHS:-3}")
   losses=$(echo "$rows" | awk '{printf "%s ", $2}')
   rate=$(echo "$rows" | tail -1 | awk '{print $5}')
-  table+="$(printf '%-28s %10s   %s' "$run" "${rate:-?}" "$losses")"$'\n'
+  row "$run" "${rate:-?}" "$losses"
 done
 echo "== ${DTYPE:-bf16}, hidden ${HIDDEN:-4096}, $samples samples/epoch; last epoch's samples/s, train loss per epoch"
 printf '%s' "$table"
