@@ -156,4 +156,6 @@ mod book {
     struct Decision0010;
     #[doc = include_str!("../docs/decisions/0011-collective-sync-queued.md")]
     struct Decision0011;
+    #[doc = include_str!("../docs/decisions/0012-one-gpu-stream.md")]
+    struct Decision0012;
 }

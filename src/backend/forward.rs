@@ -101,14 +101,18 @@ macro_rules! own {
 
 pub(crate) use own;
 
-/// The `Backend` methods both backends forward as they are (all but `name` and `sync`).
+/// The `Backend` methods both backends forward as they are (all but `name` and `sync`), each
+/// after `$before` (for [`HypatiaFusion`](super::HypatiaFusion): `host::stream::configure`, as
+/// any of them may start the device's CubeCL server).
 macro_rules! forward_backend {
-    ($inner:ty) => {
+    ($inner:ty $(, $before:expr)?) => {
         fn seed(device: &Self::Device, seed: u64) {
+            $($before;)?
             <$inner>::seed(device, seed)
         }
 
         fn ad_enabled(device: &Self::Device) -> bool {
+            $($before;)?
             <$inner>::ad_enabled(device)
         }
 
@@ -121,10 +125,12 @@ macro_rules! forward_backend {
             input: Input,
             func: Func,
         ) -> Output {
+            $($before;)?
             <$inner>::memory_persistent_allocations(device, input, func)
         }
 
         fn memory_cleanup(device: &Self::Device) {
+            $($before;)?
             <$inner>::memory_cleanup(device)
         }
 
@@ -132,10 +138,12 @@ macro_rules! forward_backend {
         where
             Iter: Iterator<Item = &'a mut burn_backend::TensorData>,
         {
+            $($before;)?
             <$inner>::staging(data, device)
         }
 
         fn supports_dtype(device: &Self::Device, dtype: burn_backend::DType) -> bool {
+            $($before;)?
             <$inner>::supports_dtype(device, dtype)
         }
 
@@ -143,10 +151,12 @@ macro_rules! forward_backend {
             device: &Self::Device,
             dtype: burn_backend::DType,
         ) -> burn_backend::DTypeUsageSet {
+            $($before;)?
             <$inner>::dtype_usage(device, dtype)
         }
 
         fn device_count(type_id: u16) -> usize {
+            $($before;)?
             <$inner>::device_count(type_id)
         }
     };

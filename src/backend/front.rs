@@ -69,7 +69,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
         crate::host::submit::fusion_sync::<HypatiaBackend<R, F, I, BT>>(device)
     }
 
-    forward_backend!(Fused<R, F, I, BT>);
+    forward_backend!(Fused<R, F, I, BT>, crate::host::stream::configure());
 }
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BackendIr

@@ -190,6 +190,23 @@ pub enum CollectivePolicy {
     Queued,
 }
 
+/// How many GPU streams CubeCL runs a device's kernels on (see `host::stream`; decision
+/// record 0012).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuStreams {
+    /// One: every kernel of a device runs in the order burn-fusion's thread launched it (the
+    /// default). Hypatia sets CubeCL's `streaming.max_streams` to 1 before CubeCL starts,
+    /// unless `cubecl.toml` sets it.
+    #[default]
+    One,
+    /// CubeCL's own: a GPU stream per recording thread (up to `streaming.max_streams`). With
+    /// CubeCL 0.10 a kernel reading a tensor another thread's stream wrote can run before that
+    /// write: burn-train's Learner trained on wrong batches when its loader threads made them,
+    /// on Burn's own backend too.
+    PerThread,
+}
+
 /// The predicted GPU time (µs) of a block's fused kernels from which [`FlushPolicy::Auto`]
 /// flushes it: about what the host takes to record one training step of an MLP (0.38-0.45 ms
 /// on the H100 machines, `bench_train`'s "before the sync"). A block of less GPU work than
@@ -268,6 +285,7 @@ by_name!(
     SyncPolicy,
     SubmitPolicy,
     CollectivePolicy,
+    GpuStreams,
     VerifyMode,
     Pattern
 );
@@ -337,6 +355,8 @@ mod tests {
             &[L::Push, L::Lazy, L::Queued],
             "eager",
         );
+        use GpuStreams as G;
+        assert_parses(&["one", "per-thread"], &[G::One, G::PerThread], "many");
         use VerifyMode as V;
         assert_parses(
             &["off", "warn", "strict"],

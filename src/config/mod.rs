@@ -52,6 +52,9 @@ pub struct HypatiaConfig {
     pub submit: SubmitPolicy,
     /// When a recorded collective reaches the GPU (`HYPATIA_COLLECTIVE`; decision record 0010).
     pub collective: CollectivePolicy,
+    /// How many GPU streams CubeCL runs a device's kernels on (`HYPATIA_GPU_STREAMS`;
+    /// decision record 0012).
+    pub gpu_streams: GpuStreams,
     /// Whether the first run of each fused step is checked against Burn's ops
     /// (`HYPATIA_VERIFY`; see [`fallback::verify`](crate::fallback::verify)).
     pub verify: VerifyMode,
@@ -78,7 +81,7 @@ pub struct HypatiaConfig {
 
 /// Each `HYPATIA_*` variable and the key it overrides. `HYPATIA_DISABLE` takes a
 /// comma-separated list; an empty variable counts as unset.
-pub const ENV: [(&str, &str); 15] = [
+pub const ENV: [(&str, &str); 16] = [
     ("HYPATIA_EXECUTION", "execution"),
     ("HYPATIA_F32", "f32"),
     ("HYPATIA_WGMMA", "wgmma"),
@@ -88,6 +91,7 @@ pub const ENV: [(&str, &str); 15] = [
     ("HYPATIA_SYNC", "sync"),
     ("HYPATIA_SUBMIT", "submit"),
     ("HYPATIA_COLLECTIVE", "collective"),
+    ("HYPATIA_GPU_STREAMS", "gpu-streams"),
     ("HYPATIA_VERIFY", "verify"),
     ("HYPATIA_DISABLE", "disable"),
     ("HYPATIA_DUMP", "dump"),

@@ -106,6 +106,7 @@ fn submit_mode(devices: usize) -> SubmitPolicy {
 /// A task on that thread cannot start them instead: the thread's services are borrowed while
 /// one runs. Other threads that queue Burn ops between 2 and 3 can still meet the race.
 pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device: &R::Device) {
+    super::stream::configure();
     let id = device.to_id();
     NAMED.with(|named| named.set(Some(id)));
     let started = |waiters: &Waiters| waiters.iter().any(|(known, ..)| *known == id);
@@ -217,6 +218,8 @@ pub fn collective_synced<B: FusionBackend>(device: &B::Device, sync: fn(&B::Devi
 /// of parking at once on burn-fusion's one-shot channel. The same drain and the same inner
 /// `sync` run, on the caller's stream.
 pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), ExecutionError> {
+    // Burn's sync may be the program's first call: CubeCL starts here then.
+    super::stream::configure();
     let spins = match config().sync {
         SyncPolicy::Auto => auto_spins(),
         SyncPolicy::Spin => true,
