@@ -3,9 +3,8 @@
 //!
 //! [`sync`] is the backend's wait for the device, without parking burn-fusion's thread at once;
 //! [`submit`] is how the caller's thread hands ops to burn-fusion's thread and waits for them;
-//! [`stream`] runs a device's kernels on one GPU stream;
 //! [`pace`] keeps those hand-offs, and Hypatia's launches to CubeCL's thread, from waiting on a
-//! busy thread.
+//! busy thread; [`stream`] runs a device's kernels on one GPU stream.
 
 pub mod pace;
 pub mod stream;

@@ -2,22 +2,22 @@
 # burn-train's Learner on the device machine: one-GPU throughput of Hypatia and Burn, and
 # burn-train's multi-device strategies. Run from the repo root there, with .device/learner.tgz
 # (BINS=train_multi_gpu FEATURES=cuda,distributed PACK=learner.tgz
-# tools/device/pack_device.sh, here) and, if carried, .device/cache.tar.xz (tools/device/device_cache.sh).
+# tools/device/pack_device.sh, here) and, if carried, .device/cache.tar.xz
+# (tools/device/device_cache.sh).
 #
-# RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH[:SETTINGS]` (batch per device;
-# SETTINGS: comma-separated `VAR=VALUE` for that run only), e.g. `hypatia:single:1:8192
-# burn:ddp:2:8192 hypatia:ddp:2:8192:HYPATIA_SUBMIT=eager,HYPATIA_COLLECTIVE=queued`; DTYPE
-# (bf16), EPOCHS (3), HIDDEN (4096), FEATURES and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the synthetic set
-# holds STEPS × 8192 samples whatever the batch), ARGS (more options of the example, e.g.
-# `--stats`), RUN_TIMEOUT (300 s). Each run's output goes to $OUT/RUN.txt, each line led by the
-# seconds since the run started; a table of the last epoch's samples/s and every epoch's train
-# loss is printed last (the first EPOCHS epochs: under `ddp` burn-train 0.21 logs an extra,
-# empty one). NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for
-# runs side by side on other GPUs (CUDA_VISIBLE_DEVICES) after one setup. THREADS=1 writes each
-# run's busiest threads and each GPU's utilization every 5 s (tools/device/threads.py) to
-# $OUT/RUN.threads: which thread or GPU bounds a step. BUDGET (s): runs not started by then
-# are skipped, so a call ends inside its limit. PACK_LOGS=1 moves the logs into $OUT/logs.tgz
-# (the device tool returns only a few files).
+# RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH[:SETTINGS]` (batch per device; SETTINGS:
+# comma-separated `VAR=VALUE` for that run only), e.g. `hypatia:single:1:8192 burn:ddp:2:8192
+# hypatia:ddp:2:8192:HYPATIA_SUBMIT=eager,HYPATIA_COLLECTIVE=queued`; DTYPE (bf16), EPOCHS (3),
+# HIDDEN (4096), FEATURES and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the
+# synthetic set holds STEPS × 8192 samples whatever the batch), ARGS (more options of the example,
+# e.g. `--stats`), RUN_TIMEOUT (300 s). Each run's output goes to $OUT/RUN.txt, each line led by the
+# seconds since the run started; a table of the last epoch's samples/s and every epoch's train loss
+# is printed last (the first EPOCHS epochs: under `ddp` burn-train 0.21 logs an extra, empty one).
+# NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for runs side by side
+# on other GPUs (CUDA_VISIBLE_DEVICES) after one setup. THREADS=1 writes each run's busiest threads
+# and each GPU's utilization every 5 s (tools/device/threads.py) to $OUT/RUN.threads: which thread
+# or GPU bounds a step. BUDGET (s): runs not started by then are skipped, so a call ends inside its
+# limit. PACK_LOGS=1 moves the logs into $OUT/logs.tgz (the device tool returns only a few files).
 set -u
 START=$(date +%s)
 ROOT=$(pwd)
