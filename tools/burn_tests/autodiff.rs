@@ -3,24 +3,32 @@
 
 pub use super::*;
 
+/// The test types of one autodiff backend over `Inner`; its device is `Inner`'s.
+macro_rules! autodiff_types {
+    ($backend:ty) => {
+        pub type TestBackend = $backend;
+        pub type TestTensor<const D: usize> = burn_tensor::Tensor<TestBackend, D>;
+        pub type TestTensorInt<const D: usize> =
+            burn_tensor::Tensor<TestBackend, D, burn_tensor::Int>;
+        pub type TestTensorBool<const D: usize> =
+            burn_tensor::Tensor<TestBackend, D, burn_tensor::Bool>;
+
+        // Autodiff-enabled device used for tests.
+        pub struct AutodiffDevice;
+
+        impl AutodiffDevice {
+            #[allow(clippy::new_ret_no_self)]
+            pub fn new() -> burn_backend::tensor::Device<Inner> {
+                Default::default()
+            }
+        }
+    };
+}
+
 mod base {
     pub use super::*;
 
-    pub type TestBackend = burn::backend::Autodiff<Inner>;
-    pub type TestTensor<const D: usize> = burn_tensor::Tensor<TestBackend, D>;
-    pub type TestTensorInt<const D: usize> = burn_tensor::Tensor<TestBackend, D, burn_tensor::Int>;
-    pub type TestTensorBool<const D: usize> =
-        burn_tensor::Tensor<TestBackend, D, burn_tensor::Bool>;
-
-    // Autodiff-enabled device used for tests.
-    pub struct AutodiffDevice;
-
-    impl AutodiffDevice {
-        #[allow(clippy::new_ret_no_self)]
-        pub fn new() -> burn_backend::tensor::Device<Inner> {
-            Default::default()
-        }
-    }
+    autodiff_types!(burn::backend::Autodiff<Inner>);
 
     include!("../autodiff/mod.rs");
 }
@@ -28,24 +36,9 @@ mod base {
 mod checkpointing {
     pub use super::*;
 
-    pub type TestBackend = burn::backend::Autodiff<
-        Inner,
-        burn_autodiff::checkpoint::strategy::BalancedCheckpointing,
-    >;
-    pub type TestTensor<const D: usize> = burn_tensor::Tensor<TestBackend, D>;
-    pub type TestTensorInt<const D: usize> = burn_tensor::Tensor<TestBackend, D, burn_tensor::Int>;
-    pub type TestTensorBool<const D: usize> =
-        burn_tensor::Tensor<TestBackend, D, burn_tensor::Bool>;
-
-    // Override autodiff device
-    pub struct AutodiffDevice;
-
-    impl AutodiffDevice {
-        #[allow(clippy::new_ret_no_self)]
-        pub fn new() -> burn_backend::tensor::Device<Inner> {
-            Default::default()
-        }
-    }
+    autodiff_types!(
+        burn::backend::Autodiff<Inner, burn_autodiff::checkpoint::strategy::BalancedCheckpointing>
+    );
 
     include!("../autodiff/mod.rs");
 }

@@ -71,7 +71,8 @@ build_one() {
 import json, shutil, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+    # The test files only, not the library unit tests.
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
 ' "$HARNESS/bin/$backend"
 }
