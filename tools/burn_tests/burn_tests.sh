@@ -67,14 +67,8 @@ build_one() {
   [ -n "$cuda" ] && features="$features,cuda"
   mkdir -p "$HARNESS/bin/$backend"
   (cd "$HARNESS/crate" && cargo test --release --no-default-features --features "$features" \
-    --tests --no-run --message-format=json-render-diagnostics) | python3 -c '
-import json, shutil, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    # The test files only, not the library unit tests.
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
-' "$HARNESS/bin/$backend"
+    --tests --no-run --message-format=json-render-diagnostics) |
+    python3 "$ROOT/tools/test_binaries.py" "$HARNESS/bin/$backend"
 }
 
 build() {

@@ -72,13 +72,8 @@ build() {
   mkdir -p .device/suite
   # Compiler messages go to the terminal; the artifacts' paths, from cargo's JSON, to Python.
   set -o pipefail
-  cargo test --release --features cuda --lib --tests --no-run --message-format=json-render-diagnostics | python3 -c '
-import json, shutil, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        shutil.copy(m["executable"], ".device/suite/" + m["target"]["name"])
-'
+  cargo test --release --features cuda --lib --tests --no-run --message-format=json-render-diagnostics |
+    python3 tools/test_binaries.py .device/suite
   cp tools/device/cubecl.toml .device/suite/
   strip .device/suite/* 2>/dev/null || true
   tar czf .device/suite.tgz -C .device suite && rm -rf .device/suite
