@@ -9,6 +9,8 @@
 #[path = "learner_cli.rs"]
 mod cli;
 pub use cli::*;
+#[path = "step_times.rs"]
+pub mod step_times;
 
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
@@ -100,8 +102,16 @@ impl<B: AutodiffBackend> TrainStep for Classifier<B> {
     type Output = ClassificationOutput<B>;
 
     fn step(&self, batch: Batch<B>) -> TrainOutput<ClassificationOutput<B>> {
+        if !step_times::enabled() {
+            let item = self.classify(batch);
+            return TrainOutput::new(self, item.loss.backward(), item);
+        }
+        let (start, device) = (Instant::now(), format!("{:?}", batch.inputs.device()));
         let item = self.classify(batch);
-        TrainOutput::new(self, item.loss.backward(), item)
+        let forward = Instant::now();
+        let grads = item.loss.backward();
+        step_times::record(device, start, forward);
+        TrainOutput::new(self, grads, item)
     }
 }
 

@@ -90,6 +90,10 @@ pub struct RunArgs {
     /// fused steps by pattern, races, e-graph runs and their time, host hand-overs).
     #[arg(long)]
     pub stats: bool,
+    /// After the run, print each device's host time per step: forward, backward (with DDP's
+    /// gradient sync) and the gap between steps (`step_times`).
+    #[arg(long)]
+    pub step_times: bool,
 }
 
 impl RunArgs {
@@ -172,6 +176,9 @@ pub fn strategy<B: TrainBackend>(kind: Strategy, devices: Vec<B::Device>) -> Exe
 pub fn run(args: &RunArgs, kind: Strategy, devices: Vec<Device>) -> Report {
     use burn::backend::Autodiff;
     let config = args.config();
+    if args.step_times {
+        super::step_times::enable();
+    }
     fn go<B: TrainBackend<Device = Device>>(
         config: &RunConfig,
         kind: Strategy,
@@ -197,6 +204,9 @@ pub fn run(args: &RunArgs, kind: Strategy, devices: Vec<Device>) -> Report {
         (_, Precision::Bf16) => panic!("--dtype bf16 needs the `cuda` feature"),
     };
     println!("{report}");
+    if args.step_times {
+        print!("{}", super::step_times::report());
+    }
     if args.backend == Which::Hypatia {
         for device in &devices {
             let stats = hypatia::stats(device);
