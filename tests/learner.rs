@@ -31,6 +31,7 @@ fn args(backend: Which, dir: &str) -> RunArgs {
         checkpoint: false,
         // The statistics' JSON is printed, so its serialisation runs here too.
         stats: true,
+        step_times: false,
     }
 }
 
