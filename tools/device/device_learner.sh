@@ -10,9 +10,10 @@
 # hypatia:ddp:2:8192:HYPATIA_SUBMIT=eager,HYPATIA_COLLECTIVE=queued`; DTYPE (bf16), EPOCHS (3),
 # HIDDEN (4096), FEATURES and CLASSES (1024), STEPS (training steps per epoch on one device, 64: the
 # synthetic set holds STEPS × 8192 samples whatever the batch), ARGS (more options of the example,
-# e.g. `--stats`), RUN_TIMEOUT (300 s). Each run's output goes to $OUT/RUN.txt, each line led by the
-# seconds since the run started; a table of the last epoch's samples/s and every epoch's train loss
-# is printed last (the first EPOCHS epochs: under `ddp` burn-train 0.21 logs an extra, empty one).
+# e.g. `--stats`, or `--step-times`: each device's host time per step, tabled under its run),
+# RUN_TIMEOUT (300 s). Each run's output goes to $OUT/RUN.txt, each line led by the seconds since
+# the run started; a table of the last epoch's samples/s and every epoch's train loss is printed
+# last (the first EPOCHS epochs: under `ddp` burn-train 0.21 logs an extra, empty one).
 # NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for runs side by side
 # on other GPUs (CUDA_VISIBLE_DEVICES) after one setup. THREADS=1 writes each run's busiest threads
 # and each GPU's utilization every 5 s (tools/device/threads.py) to $OUT/RUN.threads: which thread
@@ -65,6 +66,9 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
   losses=$(echo "$rows" | awk '{printf "%s ", $2}')
   rate=$(echo "$rows" | tail -1 | awk '{print $5}')
   row "$run" "${rate:-?}" "$losses"
+  # `--step-times`: each device's line (median / p90 ms of forward, backward, gap, step).
+  table+="$(cut -c9- "$OUT/$tag.txt" | awk '/^step times/{on=1; next} on && / \/ /{print "    " $0; next} {on=0}')"
+  [ "${table: -1}" = $'\n' ] || table+=$'\n'
 done
 echo "== ${DTYPE:-bf16}, hidden ${HIDDEN:-4096}, $samples samples/epoch; last epoch's samples/s, train loss per epoch"
 printf '%s' "$table"
