@@ -12,11 +12,13 @@ PACK=${PACK:-bins.tgz}
 cargo build --release --features "${FEATURES:-cuda}" $(printf -- '--example %s ' $BINS)
 mkdir -p .device
 for bin in $BINS; do cp "$CARGO_TARGET_DIR/release/examples/$bin" .device/; done
-# The device scripts run from tools/device/, which travels with the working tree.
+# The files the binaries run beside go inside the pack: .device/ is git-ignored, so only what
+# `carry` names reaches the device. Without cubecl.toml there, CubeCL keeps no PTX cache and
+# every run compiles every kernel again (45-90 s a run on an H200).
 cp ../shared/bench/torch_ref.py tools/device/torch_infer.py tools/device/cubecl.toml .device/
 cd .device
 strip $BINS
 # shellcheck disable=SC2086 # one word per binary
-tar czf "$PACK" $BINS
+tar czf "$PACK" $BINS torch_ref.py torch_infer.py cubecl.toml
 rm -f $BINS
 ls -la
