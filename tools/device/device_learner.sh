@@ -30,8 +30,8 @@ fi
 # cudarc loads NCCL at run time: PyTorch's wheel carries it. NVLink multicast stays off.
 NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH="${NCCL_LIB:+$NCCL_LIB:}${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
-# The driver's cache of PTX compiled to machine code (256 MiB by default) was full after a few
-# runs (249 MiB); then runs compile again.
+# The driver's cache of PTX compiled to machine code (256 MiB by default) held 249 MiB after a
+# few runs of one call; past its limit the driver drops entries and compiles them again.
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 cd .device
 samples=$(( ${STEPS:-64} * 8192 ))
