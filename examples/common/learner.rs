@@ -102,15 +102,15 @@ impl<B: AutodiffBackend> TrainStep for Classifier<B> {
     type Output = ClassificationOutput<B>;
 
     fn step(&self, batch: Batch<B>) -> TrainOutput<ClassificationOutput<B>> {
-        if !step_times::enabled() {
-            let item = self.classify(batch);
-            return TrainOutput::new(self, item.loss.backward(), item);
-        }
-        let (start, device) = (Instant::now(), format!("{:?}", batch.inputs.device()));
+        // Timed under `--step-times` only, which also names the device on every step.
+        let timed =
+            step_times::enabled().then(|| (Instant::now(), format!("{:?}", batch.inputs.device())));
         let item = self.classify(batch);
         let forward = Instant::now();
         let grads = item.loss.backward();
-        step_times::record(device, start, forward);
+        if let Some((start, device)) = timed {
+            step_times::record(device, start, forward);
+        }
         TrainOutput::new(self, grads, item)
     }
 }

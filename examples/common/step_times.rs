@@ -36,11 +36,9 @@ pub fn enabled() -> bool {
 pub fn record(device: String, start: Instant, forward: Instant) {
     let end = Instant::now();
     let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
-    let gap = LAST
-        .with(|last| last.replace(Some(end)))
-        .map(|l| ms(l, start));
-    if let Some(gap) = gap {
-        let step = [ms(start, forward), ms(forward, end), gap];
+    // A thread's first step has no gap before it, and is left out.
+    if let Some(last) = LAST.with(|last| last.replace(Some(end))) {
+        let step = [ms(start, forward), ms(forward, end), ms(last, start)];
         TIMES.lock().unwrap().entry(device).or_default().push(step);
     }
 }
