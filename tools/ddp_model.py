@@ -51,9 +51,8 @@ def simulate(devices, gpu_ms, host_ms, metric_ms, own_step, steps):
     gpus = [Gpu() for _ in range(devices)]
     threads = [{"phase": "forward", "left": record["forward"], "step": 0} for _ in range(devices)]
     registered = [-1] * devices
-    reduced = set()
     slot, mutex = [], None
-    metric = None  # [device, step, phase, kernel waited for or ms left]
+    metric = None  # [device, phase, kernel waited for or ms left]
     handed = [0] * devices
     t = 0.0
     while min(handed) < steps:
@@ -69,15 +68,14 @@ def simulate(devices, gpu_ms, host_ms, metric_ms, own_step, steps):
                 elif phase == "backward":
                     gpus[d].launch("backward", backward, step)
                     registered[d] = step
+                    if min(registered) == step:  # the last to register: the server launches
+                        for gpu in gpus:  # every device's all-reduce at once
+                            gpu.launch("all-reduce", all_reduce, step)
                     th["phase"] = "gradients"
                 else:
                     gpus[d].launch("optimizer", optimizer, step)
                     th["phase"] = "hand over"
             elif phase == "gradients" and min(registered) >= step:
-                if step not in reduced:  # the server launches every device's all-reduce at once
-                    reduced.add(step)
-                    for gpu in gpus:
-                        gpu.launch("all-reduce", all_reduce, step)
                 th.update(phase="optimizer", left=record["optimizer"])
             elif phase == "hand over" and mutex in (None, d):
                 mutex = d
@@ -93,14 +91,14 @@ def simulate(devices, gpu_ms, host_ms, metric_ms, own_step, steps):
                 waited = next(own, None)
             else:
                 waited = gpus[d].last()
-            metric = [d, step, "read", waited]
+            metric = [d, "read", waited]
         if metric is not None:
-            d, _, phase, state = metric
+            d, phase, state = metric
             if phase == "read" and (state is None or gpus[d].done(state)):
-                metric[2:] = ["metrics", metric_ms]
+                metric[1:] = ["metrics", metric_ms]
             elif phase == "metrics":
-                metric[3] -= DT
-                if metric[3] <= 0:
+                metric[2] -= DT
+                if metric[2] <= 0:
                     metric = None
         heads = [(g.queue[0][0], g.queue[0][2]) if g.queue else None for g in gpus]
         for gpu in gpus:
