@@ -158,4 +158,6 @@ mod book {
     struct Decision0011;
     #[doc = include_str!("../docs/decisions/0012-one-gpu-stream.md")]
     struct Decision0012;
+    #[doc = include_str!("../docs/decisions/0013-ddp-metric-read.md")]
+    struct Decision0013;
 }
