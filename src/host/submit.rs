@@ -35,7 +35,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 struct Waiter;
 
 impl DeviceService for Waiter {
-    fn init(_device: DeviceId) -> Self {
+    fn init(device: DeviceId) -> Self {
+        // CubeCL starts a service on the thread that runs its tasks.
+        FUSION_THREAD_OF.with(|of| of.set(Some(device)));
         Waiter
     }
 
@@ -58,6 +60,15 @@ thread_local! {
     /// The device this thread last named in an op (see [`start`]): the one whose queue
     /// [`submitted`] flushes, where Hypatia runs on several.
     static NAMED: Cell<Option<DeviceId>> = const { Cell::new(None) };
+    /// The device whose burn-fusion thread this is, if it is one (its `Waiter` started here).
+    static FUSION_THREAD_OF: Cell<Option<DeviceId>> = const { Cell::new(None) };
+}
+
+/// Whether the calling thread is burn-fusion's thread of `device`, where a task of Hypatia's
+/// runs (a queued collective sync does): a task queued there from there would borrow the
+/// running task's service again, which CubeCL refuses with a panic.
+fn on_fusion_thread(device: DeviceId) -> bool {
+    FUSION_THREAD_OF.with(Cell::get) == Some(device)
 }
 
 fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
@@ -226,8 +237,9 @@ pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), Execution
         SyncPolicy::Park => false,
     };
     // No waiter: no tensor was created on `device` through `HypatiaFusion` (see [`start`]).
+    // On burn-fusion's thread itself, Burn's sync runs there at once.
     let handle = match waiter(device.to_id()) {
-        Some(handle) if spins => handle,
+        Some(handle) if spins && !on_fusion_thread(device.to_id()) => handle,
         _ => return Fusion::<B>::sync(device),
     };
     stats::record(&stats::device_key(device), |s| s.host.caller_spins += 1);

@@ -176,13 +176,16 @@ fn here() -> (std::thread::ThreadId, String) {
 /// burn-train's collective sync after a DDP backward pass, queued (decision record 0011):
 /// under `queued` the caller does not wait, and burn-fusion's thread runs the sync under the
 /// caller's stream, which runs the caller's queued Linear + ReLU with Burn's result; under
-/// `push` nothing is queued and the caller syncs itself.
+/// `push` nothing is queued and the caller syncs itself. The sync is `Hypatia<B>`'s under the
+/// spinning policy (the default on four cores or more): on burn-fusion's own thread it must
+/// sync there, not queue a task for that thread and wait for it.
 #[test]
 fn a_queued_collective_sync_runs_on_burn_fusions_thread_under_the_callers_stream() {
     use burn::tensor::backend::Backend;
     use hypatia::config::CollectivePolicy;
     let _serial = serial();
     let _submit = ConfigGuard::set(|c| c.submit = SubmitPolicy::Batched);
+    let _spin = ConfigGuard::set(|c| c.sync = SyncPolicy::Spin);
     fn sync(device: &burn::tensor::Device<Fused>) {
         *QUEUED_SYNC.lock().unwrap() = Some(here());
         Fused::sync(device).expect("the queued sync");
