@@ -64,14 +64,14 @@ thread_local! {
     static FUSION_THREAD_OF: Cell<Option<DeviceId>> = const { Cell::new(None) };
 }
 
-/// Whether the calling thread is burn-fusion's thread of `device`, where a task of Hypatia's
-/// runs (a queued collective sync does): a task queued there from there would borrow the
-/// running task's service again, which CubeCL refuses with a panic.
-fn on_fusion_thread(device: DeviceId) -> bool {
-    FUSION_THREAD_OF.with(Cell::get) == Some(device)
-}
-
+/// The `Waiter` of `device`, if Hypatia started one there and the caller is not burn-fusion's
+/// thread of `device` itself: a task of Hypatia's runs there (a queued collective sync does),
+/// and a task it queued for its own thread would borrow the running task's service again,
+/// which CubeCL refuses with a panic. Every caller then does what Burn does, on that thread.
 fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
+    if FUSION_THREAD_OF.with(Cell::get) == Some(device) {
+        return None;
+    }
     let waiters = WAITERS.read().unwrap_or_else(|p| p.into_inner());
     (waiters.iter().find(|(id, ..)| *id == device)).map(|(_, handle, _)| handle.clone())
 }
@@ -182,7 +182,8 @@ pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(device: &B::Device)
     if config().collective == CollectivePolicy::Lazy {
         return;
     }
-    // No waiter: Hypatia has no tensor on `device` (see [`start`]), so nothing of its waits there.
+    // No waiter: Hypatia has no tensor on `device` (see [`start`]), so nothing of its waits
+    // there; or the caller is burn-fusion's thread (see [`waiter`]).
     let Some(handle) = waiter(device.to_id()) else {
         return;
     };
@@ -204,7 +205,8 @@ pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(device: &B::Device)
 /// task on burn-fusion's thread of the device, run under the caller's stream, does what
 /// `Fusion<B>::sync_collective` does (drain that stream, then make the GPU stream wait for
 /// NCCL's), while the caller goes on recording. Returns `false`, having done nothing, under
-/// another policy or where Hypatia has no tensor on `device`: the caller then syncs as Burn does.
+/// another policy, where Hypatia has no tensor on `device`, or on burn-fusion's thread there:
+/// the caller then syncs as Burn does.
 ///
 /// Safe to queue: burn-fusion's thread runs its tasks in order, so the GPU stream's wait for
 /// NCCL is issued before any op the caller records next, and after every all-reduce of the
@@ -236,10 +238,10 @@ pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), Execution
         SyncPolicy::Spin => true,
         SyncPolicy::Park => false,
     };
-    // No waiter: no tensor was created on `device` through `HypatiaFusion` (see [`start`]).
-    // On burn-fusion's thread itself, Burn's sync runs there at once.
+    // No waiter: no tensor was created on `device` through `HypatiaFusion` (see [`start`]), or
+    // this is burn-fusion's thread there.
     let handle = match waiter(device.to_id()) {
-        Some(handle) if spins && !on_fusion_thread(device.to_id()) => handle,
+        Some(handle) if spins => handle,
         _ => return Fusion::<B>::sync(device),
     };
     stats::record(&stats::device_key(device), |s| s.host.caller_spins += 1);
