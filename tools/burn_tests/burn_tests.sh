@@ -138,6 +138,7 @@ run() {
     for pack in "$ROOT"/.device/burn_tests-*.tgz; do tar xJf "$pack" -C "$ROOT/.device/burn_tests"; done
     cp "$ROOT/tools/device/cubecl.toml" "$BINS/"
     bash "$ROOT/tools/device/device_cache.sh" restore
+    eval "$(bash "$ROOT/tools/device/device_cache.sh" env)"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   fi
   LOGS=$HARNESS/logs

@@ -104,6 +104,7 @@ run() {
   local log=${OUT:-$ROOT/.device}/suite.log jobs=${JOBS:-1} names=() failed=0
   tar xzf .device/suite.tgz -C .device
   bash tools/device/device_cache.sh restore
+  eval "$(bash tools/device/device_cache.sh env)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   [ "$#" -gt 0 ] || set -- $(chunks | cut -d'|' -f1)
   for want in "$@"; do

@@ -21,6 +21,7 @@ if [ -z "${NO_SETUP:-}" ]; then
   tar xzf .device/bins.tgz -C .device
   bash tools/device/device_cache.sh restore
 fi
+eval "$(bash tools/device/device_cache.sh env)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/device.txt"
 cd .device
 for step in ${STEPS:-linear-f32}; do

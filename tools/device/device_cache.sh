@@ -1,11 +1,15 @@
 #!/bin/bash
-# Carries CubeCL's autotune results and compiled PTX between device calls (each fresh machine
-# starts bare), so only the first call pays for tuning and NVRTC. Run on the device machine from
-# anywhere under the repo, with tools/device/cubecl.toml beside the binaries.
-# `restore` (before a run): .device/cache.tar.xz -> target/.
-# `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz (xz on every core: it runs in a
-# call's last seconds; the autotune results alone if PTX would make it too large to come back);
-# copy that into .device/ here.
+# Carries CubeCL's autotune results and compiled PTX, and the driver's machine code compiled from
+# that PTX (target/nv, where `env` points CUDA_CACHE_PATH), between device calls (each
+# fresh machine starts bare), so only the first call pays for tuning, NVRTC and the driver's
+# compile. Run on the device machine from anywhere under the repo, with tools/device/cubecl.toml
+# beside the binaries.
+# `restore` (before a run): .device/cache.tar.xz and .device/nv-cache.tar.xz -> target/.
+# `env`: the exports that point the driver's cache at target/nv; a script runs
+# `eval "$(bash tools/device/device_cache.sh env)"` before its first CUDA process.
+# `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz, target/nv -> $OUT/nv-cache.tar.xz
+# (xz on every core: it runs in a call's last seconds); copy them into .device/ here and carry
+# both.
 #
 # CubeCL keys compiled PTX by kernel name and compile-time settings, not by source: PTX saved
 # by another build would run that build's kernels. So the cache holds the id of the binaries
@@ -15,12 +19,22 @@ set -u
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/../.." && pwd))
 build_id() { cat "$ROOT"/.device/*.tgz 2>/dev/null | md5sum | cut -d' ' -f1; }
 case "$1" in
+  env)
+    # Without its cache a fresh machine's driver compiles each kernel's PTX again before the
+    # kernel's first launch: 2.6 s of a one-epoch Learner run at hidden 8192 (benches/results/
+    # nvidia-h200.md, "Hidden 8192,8192 on one H200"), more where a call runs many shapes. It
+    # holds 256 MiB by default, and held 249 MiB after a few runs of one call: past its limit it
+    # drops entries and compiles them again.
+    echo "export CUDA_CACHE_PATH=$ROOT/target/nv CUDA_CACHE_MAXSIZE=4294967296" ;;
   restore)
     mkdir -p "$ROOT/target" && [ -f "$ROOT/.device/cache.tar.xz" ] || exit 0
     tar xJf "$ROOT/.device/cache.tar.xz" -C "$ROOT/target"
+    [ -f "$ROOT/.device/nv-cache.tar.xz" ] && tar xJf "$ROOT/.device/nv-cache.tar.xz" -C "$ROOT/target"
     if [ "$(cat "$ROOT/target/build-id" 2>/dev/null)" != "$(build_id)" ]; then
-      echo "device_cache: other binaries made this cache; its autotune results kept, its PTX dropped"
-      rm -rf "$ROOT/target/cuda"
+      # The driver's code goes too: after a rebuild its cache grew from 8.3 to 14.3 MB packed
+      # (much of the new PTX differed), near the size the device tool returns.
+      echo "device_cache: other binaries made this cache; its autotune results kept, its PTX and machine code dropped"
+      rm -rf "$ROOT/target/cuda" "$ROOT/target/nv"
     fi
     # CubeCL keeps autotune results per device index. On a machine of identical GPUs, device 0's
     # results serve the others: without them each further GPU tunes every shape in its first
@@ -34,12 +48,20 @@ case "$1" in
       done
     fi ;;
   save)
-    # The device tool returns files of up to 16 MiB: past that, the autotune results alone.
-    [ -d "$ROOT/target" ] && build_id >"$ROOT/target/build-id" &&
-      (cd "$ROOT/target" && XZ_OPT="-T0" tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' . &&
-        if [ "$(stat -c %s "$OUT/cache.tar.xz")" -gt $((15 * 1024 * 1024)) ]; then
-          echo "device_cache: PTX left out (the cache would pass 15 MiB)"
-          XZ_OPT="-T0" tar cJf "$OUT/cache.tar.xz" --exclude='release' --exclude='debug' --exclude='./cuda' .
-        fi && ls -la "$OUT/cache.tar.xz") ;;
+    # The device tool returns files of up to 16 MiB each: the driver's code goes in a file of
+    # its own, and whatever would pass 15 MiB is left out (the PTX before the autotune results).
+    [ -d "$ROOT/target" ] && build_id >"$ROOT/target/build-id" && cd "$ROOT/target" || exit 0
+    pack() { # FILE, then tar's arguments
+      local file=$1; shift
+      XZ_OPT="-T0" tar cJf "$OUT/$file" "$@" && [ "$(stat -c %s "$OUT/$file")" -le $((15 * 1024 * 1024)) ]
+    }
+    pack cache.tar.xz --exclude=./release --exclude=./debug --exclude=./nv . ||
+      { echo "device_cache: PTX left out (past 15 MiB)"
+        pack cache.tar.xz --exclude=./release --exclude=./debug --exclude=./nv --exclude=./cuda .; }
+    if [ -d nv ] && ! pack nv-cache.tar.xz nv; then
+      echo "device_cache: the driver's code left out (past 15 MiB)"
+      rm -f "$OUT/nv-cache.tar.xz"
+    fi
+    ls -la "$OUT"/*cache.tar.xz ;;
 esac
 true

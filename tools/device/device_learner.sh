@@ -30,9 +30,7 @@ fi
 # cudarc loads NCCL at run time: PyTorch's wheel carries it. NVLink multicast stays off.
 NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH="${NCCL_LIB:+$NCCL_LIB:}${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
-# The driver's cache of PTX compiled to machine code (256 MiB by default) held 249 MiB after a
-# few runs of one call; past its limit the driver drops entries and compiles them again.
-export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+eval "$(bash tools/device/device_cache.sh env)"
 cd .device
 samples=$(( ${STEPS:-64} * 8192 ))
 # Each output line gets the seconds since the run started: when its first step came, and why.
@@ -49,7 +47,7 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
     row "$run" skipped
     continue
   fi
-  tag=$(echo "$run" | tr ':,=' '-')
+  tag=$(echo "$run" | tr ':,=/' '-')
   # A run repeated in one call (or one $OUT) keeps its own log: `-2`, `-3`, ...
   n=2; base=$tag; while [ -e "$OUT/$tag.txt" ]; do tag=$base-$n; n=$((n + 1)); done
   # shellcheck disable=SC2046 # one word per setting

@@ -1,7 +1,8 @@
 """Per-thread CPU use of a running process: every INTERVAL seconds until it exits, one line of its
 busiest threads (name: % of one core), from /proc/PID/task/*/stat, and each GPU's utilization
-(nvidia-smi's: the share of its last sample period in which a kernel ran). A thread at 100 % may
-be spinning in a wait for the GPU; the GPU column tells which of the two bounds the run.
+(nvidia-smi's: the share of its last sample period in which a kernel ran), SM clock (MHz) and
+power (W). A thread at 100 % may be spinning in a wait for the GPU; the GPU column tells which
+of the two bounds the run, and a busy GPU below its top clock may be held by its power limit.
 
     python3 threads.py PID INTERVAL
 """
@@ -24,10 +25,13 @@ def snap():
     return out
 def gpus():
     try:
-        out = subprocess.run(['nvidia-smi', '--query-gpu=utilization.gpu', '--format=csv,noheader,nounits'],
-                             capture_output=True, text=True, timeout=5).stdout.split()
-        return 'gpu% ' + ','.join(out)
-    except (OSError, subprocess.SubprocessError):
+        out = subprocess.run(['nvidia-smi', '--query-gpu=utilization.gpu,clocks.sm,power.draw',
+                              '--format=csv,noheader,nounits'],
+                             capture_output=True, text=True, timeout=5).stdout.splitlines()
+        gpu = [line.replace(' ', '').split(',') for line in out]
+        return ('gpu% ' + ','.join(g[0] for g in gpu) + '  MHz ' + ','.join(g[1] for g in gpu)
+                + '  W ' + ','.join(g[2].split('.')[0] for g in gpu))
+    except (OSError, subprocess.SubprocessError, IndexError):
         return ''
 prev, t0 = snap(), time.time()
 while prev is not None:

@@ -34,8 +34,11 @@ struct SourceTask<S: CudaSource> {
 
 impl<S: CudaSource> KernelMetadata for SourceTask<S> {
     fn id(&self) -> KernelId {
+        // CubeCL's PTX cache (`[compilation] cache` in `cubecl.toml`) finds a kernel by this id,
+        // not by its source: the version keeps an upgraded Hypatia from running cached PTX of
+        // an older one's kernels.
         KernelId::new::<Self>()
-            .info(self.config)
+            .info((env!("CARGO_PKG_VERSION"), self.config))
             .cube_dim(CubeDim::new_1d(self.config.threads()))
     }
 
