@@ -25,7 +25,7 @@ case "$1" in
     # nvidia-h200.md, "Hidden 8192,8192 on one H200"), more where a call runs many shapes. It
     # holds 256 MiB by default, and held 249 MiB after a few runs of one call: past its limit it
     # drops entries and compiles them again.
-    echo "export CUDA_CACHE_PATH=$ROOT/target/nv CUDA_CACHE_MAXSIZE=4294967296" ;;
+    echo "export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$ROOT/target/nv} CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}" ;;
   restore)
     mkdir -p "$ROOT/target" && [ -f "$ROOT/.device/cache.tar.xz" ] || exit 0
     tar xJf "$ROOT/.device/cache.tar.xz" -C "$ROOT/target"
@@ -55,9 +55,9 @@ case "$1" in
       local file=$1; shift
       XZ_OPT="-T0" tar cJf "$OUT/$file" "$@" && [ "$(stat -c %s "$OUT/$file")" -le $((15 * 1024 * 1024)) ]
     }
-    pack cache.tar.xz --exclude=./release --exclude=./debug --exclude=./nv . ||
-      { echo "device_cache: PTX left out (past 15 MiB)"
-        pack cache.tar.xz --exclude=./release --exclude=./debug --exclude=./nv --exclude=./cuda .; }
+    skip=(--exclude=./release --exclude=./debug --exclude=./nv)
+    pack cache.tar.xz "${skip[@]}" . ||
+      { echo "device_cache: PTX left out (past 15 MiB)"; pack cache.tar.xz "${skip[@]}" --exclude=./cuda .; }
     if [ -d nv ] && ! pack nv-cache.tar.xz nv; then
       echo "device_cache: the driver's code left out (past 15 MiB)"
       rm -f "$OUT/nv-cache.tar.xz"
