@@ -17,3 +17,4 @@ mod race;
 mod replay;
 mod sync;
 mod train;
+mod user_models;
