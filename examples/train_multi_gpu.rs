@@ -8,7 +8,8 @@
 //! cargo run --release --features cuda,distributed --example train_multi_gpu -- \
 //!     --devices 2 --strategy ddp --dtype bf16 --data synthetic --hidden 4096 --batch-size 8192
 //! ```
-//! Without CUDA, `--devices 2` trains on the default and the CPU wgpu adapters.
+//! Several devices need CUDA: Burn 0.21's wgpu backend cannot move tensors between devices, on
+//! Hypatia or on Burn, so without the `cuda` feature `--devices` above 1 is refused.
 
 #[path = "common/learner.rs"]
 mod learner;

@@ -133,21 +133,29 @@ pub type Inner<F> = burn::backend::Wgpu<F>;
 /// The device type of every backend here.
 pub type Device = burn::tensor::Device<Inner<f32>>;
 
-/// `n` devices: CUDA devices `0..n`; on wgpu the default adapter and then the CPU adapter
-/// (two devices of their own even where both are lavapipe, as on CI).
+/// `n` devices: CUDA devices `0..n`; on wgpu one, the default adapter.
+///
+/// Burn 0.21's wgpu backend cannot move a tensor to another device (cubecl-wgpu 0.10 has no
+/// device-to-device transfer, and Burn's own `Wgpu` panics with "not implemented" in
+/// `MultiDevice`; it has no collectives for `ddp`), so several devices need CUDA: without it
+/// this refuses `n > 1` with that reason instead of training into the panic.
 pub fn devices(n: usize) -> Vec<Device> {
     #[cfg(feature = "cuda")]
-    let all: Vec<Device> = (0..n).map(burn::backend::cuda::CudaDevice::new).collect();
+    {
+        (0..n).map(burn::backend::cuda::CudaDevice::new).collect()
+    }
     #[cfg(not(feature = "cuda"))]
-    let all: Vec<Device> = [
-        burn::backend::wgpu::WgpuDevice::DefaultDevice,
-        burn::backend::wgpu::WgpuDevice::Cpu,
-    ]
-    .into_iter()
-    .take(n)
-    .collect();
-    assert_eq!(all.len(), n, "this build has at most {} devices", all.len());
-    all
+    {
+        if n > 1 {
+            eprintln!(
+                "--devices {n}: Burn 0.21's wgpu backend cannot move tensors between devices \
+                 (cubecl-wgpu 0.10 has no device-to-device transfer), on Hypatia or on Burn; \
+                 several devices need a build with `--features cuda`"
+            );
+            std::process::exit(2);
+        }
+        vec![burn::backend::wgpu::WgpuDevice::DefaultDevice; n]
+    }
 }
 
 /// burn-train's strategy over `devices`.
