@@ -361,7 +361,7 @@ pub(super) fn grad_tolerance() -> f32 {
 /// Summation order differs (Hypatia's tiles against Burn's), and on CUDA both run TF32, so 100
 /// Adam steps compound rounding differences: a parameter whose gradient is near zero can step
 /// either way. Whole tensors must stay this close (‖a − b‖ / ‖b‖); seen on an H100: 2.4e-2.
-const TRAIN_TOLERANCE: f32 = if cfg!(feature = "cuda") { 5e-2 } else { 1e-3 };
+pub(super) const TRAIN_TOLERANCE: f32 = if cfg!(feature = "cuda") { 5e-2 } else { 1e-3 };
 
 /// `relu(relu(x·w + b))` (rule `relu-idempotent`): the value and every gradient through
 /// `Autodiff<Hypatia<..>>` equal Burn's, with NaN and ±Inf in x.

@@ -5,6 +5,7 @@
 //! to Burn, and the dropout masks, drawn from Burn's seeded generator, match on both backends.
 
 use super::common::*;
+use super::train::TRAIN_TOLERANCE;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::module::{ModuleVisitor, Param};
@@ -119,17 +120,24 @@ impl<B: Backend> ModuleVisitor<B> for Params {
     }
 }
 
-/// Trains `model` with Adam for `steps`, `loss(model, step)` a step, as a user's loop does.
+/// Seeds Burn as a user does, builds the model, and trains it with Adam and cross-entropy for
+/// `steps`, `batch(model, step)` giving a step's logits and labels.
 fn fit<B: AutodiffBackend, M: AutodiffModule<B>>(
-    mut model: M,
+    seed: u64,
+    init: impl FnOnce(&B::Device) -> M,
     steps: usize,
     lr: f64,
-    loss: impl Fn(&M, usize) -> Tensor<B, 1>,
+    batch: impl Fn(&M, usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>),
 ) -> (M, Vec<f32>) {
+    let device = Default::default();
+    B::seed(&device, seed);
+    let mut model = init(&device);
+    let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut optim = AdamConfig::new().init();
     let mut losses = Vec::with_capacity(steps);
     for step in 0..steps {
-        let loss = loss(&model, step);
+        let (logits, labels) = batch(&model, step);
+        let loss = loss_fn.forward(logits, labels);
         losses.push(loss.clone().into_scalar().elem::<f32>());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(lr, model, grads);
@@ -171,16 +179,13 @@ fn images<B: Backend>(step: usize, device: &B::Device) -> (Tensor<B, 3>, Tensor<
 
 fn train_guide<B: AutodiffBackend>(steps: usize) -> Run {
     let device = Default::default();
-    B::seed(&device, 7);
-    let model = Guide::<B>::new(64, 10, &device);
-    let loss_fn = CrossEntropyLossConfig::new().init(&device);
-    let (model, losses) = fit(model, steps, 1e-3, |model, step| {
+    let init = |device: &B::Device| Guide::<B>::new(64, 10, device);
+    let (model, losses) = fit(7, init, steps, 1e-3, |model, step| {
         let (x, y) = images::<B>(step, &device);
-        loss_fn.forward(model.forward(x), y)
+        (model.forward(x), y)
     });
     let (x, _) = images::<B::InnerBackend>(steps, &device);
-    let eval = model.valid().forward(x).into_data();
-    run_of(&model, losses, eval)
+    run_of(&model, losses, model.valid().forward(x).into_data())
 }
 
 const SEQ: usize = 9;
@@ -204,16 +209,13 @@ fn sequences<B: Backend>(
 
 fn train_encoder<B: AutodiffBackend>(steps: usize) -> Run {
     let device = Default::default();
-    B::seed(&device, 11);
-    let model = Encoder::<B>::new(SEQ, 4, &device);
-    let loss_fn = CrossEntropyLossConfig::new().init(&device);
-    let (model, losses) = fit(model, steps, 3e-3, |model, step| {
+    let init = |device: &B::Device| Encoder::<B>::new(SEQ, 4, device);
+    let (model, losses) = fit(11, init, steps, 3e-3, |model, step| {
         let (x, y) = sequences::<B>(step, &device);
-        loss_fn.forward(model.forward(x), y)
+        (model.forward(x), y)
     });
     let (x, _) = sequences::<B::InnerBackend>(steps, &device);
-    let eval = model.valid().forward(x).into_data();
-    run_of(&model, losses, eval)
+    run_of(&model, losses, model.valid().forward(x).into_data())
 }
 
 /// The fused steps Hypatia ran so far on the test device, all patterns.
@@ -222,23 +224,19 @@ fn fused_steps() -> u64 {
     FusedPattern::ALL.iter().map(|p| stats.executed(*p)).sum()
 }
 
-/// On CUDA both backends' f32 matmuls run TF32 and Adam compounds their different roundings
-/// (as in `train.rs`); on lavapipe both are f32, summed in different orders.
-const TOLERANCE: f32 = if cfg!(feature = "cuda") { 5e-2 } else { 1e-3 };
-
 fn assert_same_training(name: &str, fused: Run, plain: Run) {
     assert_eq!(fused.losses.len(), plain.losses.len());
     for (step, (f, p)) in fused.losses.iter().zip(&plain.losses).enumerate() {
         assert!(
-            (f - p).abs() <= TOLERANCE * p.abs().max(1.0),
+            (f - p).abs() <= TRAIN_TOLERANCE * p.abs().max(1.0),
             "{name}: loss at step {step}: {f} on Hypatia, {p} on Burn"
         );
     }
     assert_eq!(fused.params.len(), plain.params.len());
     for (f, p) in fused.params.iter().zip(&plain.params) {
-        assert_norm_close(f, p, TOLERANCE);
+        assert_norm_close(f, p, TRAIN_TOLERANCE);
     }
-    assert_norm_close(&fused.eval, &plain.eval, TOLERANCE);
+    assert_norm_close(&fused.eval, &plain.eval, TRAIN_TOLERANCE);
 }
 
 #[test]
