@@ -195,6 +195,11 @@ impl FusionStats {
     pub fn executed(&self, pattern: FusedPattern) -> u64 {
         self.patterns.get(pattern).map_or(0, PatternStats::steps)
     }
+
+    /// Steps of every pattern Hypatia has run so far: zero when it fused nothing.
+    pub fn executed_total(&self) -> u64 {
+        self.patterns.values().map(PatternStats::steps).sum()
+    }
 }
 
 /// [`PatternStats`] by [`FusedPattern`], for the patterns seen so far (serialised as a map
@@ -389,11 +394,14 @@ mod tests {
         pattern(&mut stats, FusedPattern::LinearRelu).split += 1;
         assert_eq!(stats.executed(FusedPattern::LinearRelu), 3);
         assert_eq!(stats.executed(FusedPattern::LinearGelu), 0);
+        assert_eq!(stats.executed_total(), 3);
         let json = serde_json::to_value(&stats.patterns).unwrap();
         assert_eq!(json["linear-relu"]["tiled"], 2);
         assert_eq!(
             stats.patterns.keys().collect::<Vec<_>>(),
             [FusedPattern::LinearRelu]
         );
+        pattern(&mut stats, FusedPattern::LinearGelu).chained += 4;
+        assert_eq!(stats.executed_total(), 7);
     }
 }

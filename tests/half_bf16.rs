@@ -12,6 +12,8 @@ mod common;
 mod model;
 #[path = "suite/properties.rs"]
 mod properties;
+#[path = "suite/user_models.rs"]
+mod user_models;
 
 use common::serial;
 
@@ -44,4 +46,16 @@ fn backward_properties_hold_in_bf16() {
 fn chain_properties_hold_in_bf16() {
     let _serial = serial();
     check::check_half_properties::<burn::tensor::bf16>(check::Properties::Chains);
+}
+
+/// Burn's guide model and a Transformer encoder classifier (`tests/suite/user_models.rs`) train
+/// in bf16 on Hypatia as on Burn.
+#[test]
+fn user_models_train_as_on_burn_in_bf16() {
+    let _serial = serial();
+    if !check::has_arithmetic::<burn::tensor::bf16>() {
+        return;
+    }
+    user_models::guide_trains_as_on_burn::<burn::tensor::bf16>();
+    user_models::encoder_trains_as_on_burn::<burn::tensor::bf16>();
 }

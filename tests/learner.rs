@@ -53,10 +53,7 @@ fn learner_trains_on_hypatia_as_on_burn() {
         Strategy::Single,
         device.clone(),
     );
-    let fused: u64 = {
-        let stats = hypatia::stats(&device[0]);
-        stats.patterns.keys().map(|p| stats.executed(p)).sum()
-    };
+    let fused = hypatia::stats(&device[0]).executed_total();
     assert!(fused > 0, "Hypatia fused no step of the Learner's training");
     for report in [&hypatia, &burn] {
         assert_eq!(report.train_loss.len(), 3, "{report}");

@@ -218,7 +218,7 @@ pub fn run(args: &RunArgs, kind: Strategy, devices: Vec<Device>) -> Report {
     if args.backend == Which::Hypatia {
         for device in &devices {
             let stats = hypatia::stats(device);
-            let fused: u64 = stats.patterns.keys().map(|p| stats.executed(p)).sum();
+            let fused = stats.executed_total();
             println!("hypatia on {device:?}: {fused} fused steps");
             if args.stats {
                 let json = serde_json::to_string(&stats).expect("stats serialise");

@@ -207,7 +207,7 @@ pub const SHAPES: &[Case] = &[
 ];
 
 /// Whether the test device computes in `F` (else the half tests say they are skipped).
-fn has_arithmetic<F: burn_cubecl::FloatElement>() -> bool {
+pub fn has_arithmetic<F: burn_cubecl::FloatElement>() -> bool {
     let dtype = F::dtype();
     let supported = PlainOf::<F>::supports_dtype(&device(), dtype);
     if !supported {

@@ -78,6 +78,21 @@ pub fn tolerance(dtype: DType) -> f32 {
     }
 }
 
+/// How close two trainings of one model stay, Hypatia's and Burn's: losses relative to
+/// max(1, |loss|), parameters and predictions by [`assert_norm_close`]. Summation orders differ
+/// (Hypatia's tiles against Burn's), so Adam steps compound rounding differences: a parameter
+/// whose gradient is near zero can step either way. On CUDA both run TF32 for f32 (seen on an
+/// H100 after 100 steps: 2.4e-2).
+pub fn train_tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F32 | DType::Flex32 if cfg!(feature = "cuda") => 5e-2,
+        DType::F32 | DType::Flex32 => 1e-3,
+        // bf16 and f16: Burn's guide model trained 12 steps in bf16 on an H200 came within
+        // 2.1e-2 of Burn's predictions and 7.6e-3 of its parameters.
+        _ => 5e-2,
+    }
+}
+
 /// Asserts equal shapes, identical NaN / ±Inf positions, and finite values within `tol`
 /// relative error (‖a − b‖∞ / max(1, ‖b‖∞)).
 pub fn assert_close(actual: &TensorData, expected: &TensorData, tol: f32) {
@@ -126,6 +141,12 @@ pub fn executed() -> u64 {
 
 /// Asserts ‖a − b‖₂ / ‖b‖₂ ≤ `tol` over the finite values, and identical NaN positions.
 pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
+    let relative = norm_error(actual, expected);
+    assert!(relative <= tol, "relative error {relative} > {tol}");
+}
+
+/// ‖a − b‖ / ‖b‖ over the finite values, after asserting equal shapes and NaN positions.
+pub fn norm_error(actual: &TensorData, expected: &TensorData) -> f32 {
     assert_eq!(actual.shape, expected.shape, "shapes differ");
     let a: Vec<f32> = actual.clone().convert::<f32>().to_vec().unwrap();
     let b: Vec<f32> = expected.clone().convert::<f32>().to_vec().unwrap();
@@ -137,8 +158,7 @@ pub fn assert_norm_close(actual: &TensorData, expected: &TensorData, tol: f32) {
             norm += (*y as f64).powi(2);
         }
     }
-    let relative = (diff.sqrt() / norm.sqrt().max(1e-30)) as f32;
-    assert!(relative <= tol, "relative error {relative} > {tol}");
+    (diff.sqrt() / norm.sqrt().max(1e-30)) as f32
 }
 
 /// Held for the whole body of every test that runs ops on the device (`let _serial =

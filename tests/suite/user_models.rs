@@ -3,9 +3,13 @@
 //! Linear + ReLU) and a Transformer encoder classifier (embeddings, attention's batched matmuls,
 //! layer norms, a GELU feed-forward, dropout): Hypatia claims their Linears and leaves the rest
 //! to Burn, and the dropout masks, drawn from Burn's seeded generator, match on both backends.
+//!
+//! Generic over the float element: the f32 tests are in `train.rs`, the bf16 ones in
+//! `tests/half_bf16.rs` (a process keeps one float dtype a device). Not f16: Burn has no loss
+//! scaling, and on Burn alone (lavapipe) the guide model's f16 loss went from 2.3 to 193 in one
+//! Adam step; users train in bf16.
 
 use super::common::*;
-use super::train::TRAIN_TOLERANCE;
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::module::{ModuleVisitor, Param};
@@ -18,8 +22,9 @@ use burn::nn::transformer::{
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
+use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
-use hypatia::FusedPattern;
+use hypatia::config::F32Precision;
 
 /// Burn's guide model (`examples/guide` at v0.21.0), as written there.
 #[derive(Module, Debug)]
@@ -220,54 +225,87 @@ fn train_encoder<B: AutodiffBackend>(steps: usize) -> Run {
 
 /// The fused steps Hypatia ran so far on the test device, all patterns.
 fn fused_steps() -> u64 {
-    let stats = hypatia::stats(&device());
-    FusedPattern::ALL.iter().map(|p| stats.executed(*p)).sum()
+    hypatia::stats(&device()).executed_total()
 }
 
-fn assert_same_training(name: &str, fused: Run, plain: Run) {
+/// Trains `train`'s model on `Autodiff<Hypatia<B>>` and on `Autodiff<B>` in `F`: Hypatia fuses
+/// some of its steps, the model learns, and the two trainings agree within
+/// [`train_tolerance`].
+///
+/// f32 runs Hypatia's exact f32 (`f32 = "exact"`): Burn's autotune picks an f32 FMA or a TF32
+/// kernel by shape and GPU, which Hypatia does not follow, and Adam turns that rounding into
+/// whole steps of parameters whose gradients are near zero. On an H200 the guide model under
+/// Hypatia's TF32 default left its first loss within 5e-6 of Burn's but, after 12 steps, its
+/// parameters 6.5e-2 and predictions 1.4e-1 from Burn's; under exact f32, 3.0e-4 and 2.9e-4
+/// (`benches/results/nvidia-h200.md`, "Models as users write them"). Hypatia's TF32 kernels are
+/// checked against float64 in `kernel.rs` and `tests/hopper.rs`; bf16 runs the tensor-core
+/// kernels here.
+fn trains_as_on_burn<F: burn_cubecl::FloatElement>(
+    name: &str,
+    train_fused: fn(usize) -> Run,
+    train_plain: fn(usize) -> Run,
+) {
+    const STEPS: usize = 12;
+    let f32 = F::dtype() == DType::F32;
+    let _exact = f32.then(|| ConfigGuard::set(|c| c.f32 = F32Precision::Exact));
+    // Exact f32 against Burn's kernels on CUDA: 3.0e-4 seen, a dropout mask drawn apart moves
+    // the parameters by far more.
+    let tol = match F::dtype() {
+        DType::F32 if cfg!(feature = "cuda") => 1e-2,
+        dtype => train_tolerance(dtype),
+    };
+    let before = fused_steps();
+    let fused = train_fused(STEPS);
+    assert!(fused_steps() > before, "{name}: Hypatia fused no Linear");
+    let plain = train_plain(STEPS);
+    let losses = &plain.losses;
+    assert!(losses[STEPS - 1] < losses[0], "{name} learns: {losses:?}");
     assert_eq!(fused.losses.len(), plain.losses.len());
+    let mut loss_error = 0.0f32;
     for (step, (f, p)) in fused.losses.iter().zip(&plain.losses).enumerate() {
+        let error = (f - p).abs() / p.abs().max(1.0);
         assert!(
-            (f - p).abs() <= TRAIN_TOLERANCE * p.abs().max(1.0),
+            error <= tol,
             "{name}: loss at step {step}: {f} on Hypatia, {p} on Burn"
         );
+        loss_error = loss_error.max(error);
     }
     assert_eq!(fused.params.len(), plain.params.len());
+    let mut param_error = 0.0f32;
     for (f, p) in fused.params.iter().zip(&plain.params) {
-        assert_norm_close(f, p, TRAIN_TOLERANCE);
+        param_error = param_error.max(norm_error(f, p));
     }
-    assert_norm_close(&fused.eval, &plain.eval, TRAIN_TOLERANCE);
+    let eval_error = norm_error(&fused.eval, &plain.eval);
+    // Printed for the tolerance's record (`train_tolerance`), then asserted.
+    eprintln!(
+        "{name} in {:?}: loss {loss_error:.1e}, parameters {param_error:.1e}, predictions \
+         {eval_error:.1e} (tolerance {tol:.0e})",
+        F::dtype()
+    );
+    assert!(
+        param_error <= tol,
+        "{name}: parameters' relative error {param_error} > {tol}"
+    );
+    assert!(
+        eval_error <= tol,
+        "{name}: predictions' relative error {eval_error} > {tol}"
+    );
 }
 
-#[test]
-fn burns_guide_model_trains_as_on_burn() {
-    let _serial = serial();
-    let before = fused_steps();
-    let fused = train_guide::<Autodiff<Fused>>(12);
-    assert!(fused_steps() > before, "Hypatia fused the model's Linears");
-    let plain = train_guide::<Autodiff<Plain>>(12);
-    assert!(
-        plain.losses[11] < plain.losses[0],
-        "the model learns: {:?}",
-        plain.losses
+/// Burn's guide model, in `F`.
+pub fn guide_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
+    trains_as_on_burn::<F>(
+        "guide",
+        train_guide::<Autodiff<FusedOf<F>>>,
+        train_guide::<Autodiff<PlainOf<F>>>,
     );
-    assert_same_training("guide", fused, plain);
 }
 
-#[test]
-fn a_transformer_encoder_trains_as_on_burn() {
-    let _serial = serial();
-    let before = fused_steps();
-    let fused = train_encoder::<Autodiff<Fused>>(12);
-    assert!(
-        fused_steps() > before,
-        "Hypatia fused the encoder's Linears"
+/// The Transformer encoder classifier, in `F`.
+pub fn encoder_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
+    trains_as_on_burn::<F>(
+        "encoder",
+        train_encoder::<Autodiff<FusedOf<F>>>,
+        train_encoder::<Autodiff<PlainOf<F>>>,
     );
-    let plain = train_encoder::<Autodiff<Plain>>(12);
-    assert!(
-        plain.losses[11] < plain.losses[0],
-        "the model learns: {:?}",
-        plain.losses
-    );
-    assert_same_training("encoder", fused, plain);
 }
