@@ -228,9 +228,9 @@ fn fused_steps() -> u64 {
     hypatia::stats(&device()).executed_total()
 }
 
-/// Trains `train`'s model on `Autodiff<Hypatia<B>>` and on `Autodiff<B>` in `F`: Hypatia fuses
-/// some of its steps, the model learns, and the two trainings agree within
-/// [`train_tolerance`].
+/// Trains a model on `Autodiff<Hypatia<B>>` (`train_fused`) and on `Autodiff<B>`
+/// (`train_plain`) in `F`: Hypatia fuses some of its steps, the model learns, and the two
+/// trainings agree within [`train_tolerance`].
 ///
 /// f32 runs Hypatia's exact f32 (`f32 = "exact"`): Burn's autotune picks an f32 FMA or a TF32
 /// kernel by shape and GPU, which Hypatia does not follow, and Adam turns that rounding into
@@ -246,9 +246,9 @@ fn trains_as_on_burn<F: burn_cubecl::FloatElement>(
     train_plain: fn(usize) -> Run,
 ) {
     const STEPS: usize = 12;
-    let f32 = F::dtype() == DType::F32;
-    let _exact = f32.then(|| ConfigGuard::set(|c| c.f32 = F32Precision::Exact));
-    // Exact f32 against Burn's kernels on CUDA: 3.0e-4 seen, a dropout mask drawn apart moves
+    let _exact =
+        (F::dtype() == DType::F32).then(|| ConfigGuard::set(|c| c.f32 = F32Precision::Exact));
+    // Exact f32 against Burn's kernels on CUDA: 3.0e-4 seen; a dropout mask that differs moves
     // the parameters by far more.
     let tol = match F::dtype() {
         DType::F32 if cfg!(feature = "cuda") => 1e-2,
