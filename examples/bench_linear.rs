@@ -176,7 +176,8 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
         args.runs,
         || {
             let epilogue = EpilogueInputs::new(args.epilogue(), Some(&b));
-            tensor_core_linear(&problem, &x, &w, epilogue, false)
+            let f32 = problem.f32_math(&hypatia::config::config());
+            tensor_core_linear(&problem, &x, &w, epilogue, false, f32)
         },
         || Bare::<F>::sync(&device).expect("sync"),
     )

@@ -160,4 +160,8 @@ mod book {
     struct Decision0012;
     #[doc = include_str!("../docs/decisions/0013-ddp-metric-read.md")]
     struct Decision0013;
+    #[doc = include_str!("../docs/decisions/0014-f32-follows-burn.md")]
+    struct Decision0014;
+    #[doc = include_str!("../docs/decisions/0015-declined-windows.md")]
+    struct Decision0015;
 }

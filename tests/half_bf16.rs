@@ -48,14 +48,31 @@ fn chain_properties_hold_in_bf16() {
     check::check_half_properties::<burn::tensor::bf16>(check::Properties::Chains);
 }
 
-/// Burn's guide model and a Transformer encoder classifier (`tests/suite/user_models.rs`) train
-/// in bf16 on Hypatia as on Burn.
+/// Burn's guide model (`tests/suite/user_models.rs`) trains in bf16 on Hypatia as on Burn.
 #[test]
-fn user_models_train_as_on_burn_in_bf16() {
+fn user_models_train_as_on_burn_in_bf16_guide() {
     let _serial = serial();
-    if !check::has_arithmetic::<burn::tensor::bf16>() {
-        return;
+    if check::has_arithmetic::<burn::tensor::bf16>() {
+        user_models::guide_trains_as_on_burn::<burn::tensor::bf16>();
     }
-    user_models::guide_trains_as_on_burn::<burn::tensor::bf16>();
-    user_models::encoder_trains_as_on_burn::<burn::tensor::bf16>();
+}
+
+/// A Transformer encoder classifier (`tests/suite/user_models.rs`) trains in bf16 on Hypatia as
+/// on Burn.
+#[test]
+fn user_models_train_as_on_burn_in_bf16_encoder() {
+    let _serial = serial();
+    if check::has_arithmetic::<burn::tensor::bf16>() {
+        user_models::encoder_trains_as_on_burn::<burn::tensor::bf16>();
+    }
+}
+
+/// A Llama-style decoder layer (`tests/suite/user_models.rs`) trains in bf16 on Hypatia as on
+/// Burn.
+#[test]
+fn user_models_train_as_on_burn_in_bf16_llama() {
+    let _serial = serial();
+    if check::has_arithmetic::<burn::tensor::bf16>() {
+        user_models::llama_trains_as_on_burn::<burn::tensor::bf16>();
+    }
 }

@@ -30,7 +30,7 @@ use hypatia::kernel::hopper::{
     launch, supported,
 };
 use hypatia::kernel::{ChainLayer, ChainLimits, check_chain};
-use hypatia::kernel::{Epilogue, Operand};
+use hypatia::kernel::{Epilogue, F32Math, Operand};
 
 /// One problem: `x` of shape `lead ++ [m, k]`, `w` `[k, n]`.
 #[derive(Clone, Copy, Debug)]
@@ -493,6 +493,7 @@ fn run_with_id<H: Float>(
         gate: gated.then(|| dev.upload::<H>(&p.gate, p.out_shape.clone(), out_strides.clone())),
         params: PARAMS,
         bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
+        f32: F32Math::Tf32,
     };
     launch(tiling, &args)?;
     compare::<H>("out", &dev.download::<H>(&args.out), &p.out_ref)?;
@@ -653,6 +654,7 @@ fn wgmma_declines_what_it_cannot_run() {
         gate: None,
         params: [0.0; 2],
         bias_grad: None,
+        f32: F32Math::Tf32,
     };
     let err = launch(WGMMA_TILINGS[0], &args).unwrap_err();
     assert!(err.contains("multiples of 8"), "{err}");

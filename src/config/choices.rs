@@ -18,23 +18,42 @@ pub enum ExecutionPolicy {
     Split,
 }
 
-/// How Hypatia's own kernels multiply f32 on a device with matrix units.
+/// How Hypatia's own kernels multiply f32 on a device with matrix units (decision record 0014).
 ///
-/// Burn's f32 matmul on CUDA runs on tensor cores as TF32 (cubek-matmul rounds f32 operands to
-/// TF32's 10-bit mantissa whenever a tensor-core kernel runs), so TF32 is what a Burn user's f32
-/// model computes today, and it is the default here too. `Exact` runs every f32 step Hypatia
-/// claims on the tiled kernel's f32 FMAs instead (no engine, no race against Burn's TF32 side):
-/// results within f32 rounding of a float64 reference, at plain-unit speed. Ops Hypatia does not
-/// claim run on Burn as before. Devices without matrix units (lavapipe) compute exact f32
-/// either way. Decision record 0001.
+/// Burn 0.21's f32 matmul on CUDA is its autotune's pick per problem: tensor-core kernels only
+/// for general problems with a side of 512 or more, and for smaller ones f32-FMA kernels timed
+/// against tensor-core ones. Measured on an H200, its picks came within 1e-7 to 6.5e-4 of a
+/// float64 reference (1.6e-5 at 2048³), where Hypatia's TF32 kernels came within 6.6e-4. The
+/// default keeps Hypatia's f32 never further from float64 than Burn's: exact f32 FMAs below 512
+/// on every side, Burn's own matmul (with Hypatia's fused epilogue) above. `Tf32` allows
+/// Hypatia's TF32 kernels everywhere, as PyTorch's `allow_tf32` does (faster, and further from
+/// float64); `Exact` runs every f32 step on f32 FMAs. Ops Hypatia does not claim run on Burn as
+/// before. Devices without matrix units (lavapipe) compute exact f32 in every mode. Decision
+/// record 0014.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum F32Precision {
-    /// Tensor cores, TF32 operands, f32 accumulation (the default).
+    /// What Burn's matmul computes for the problem (the default).
     #[default]
+    Burn,
+    /// Hypatia's TF32 kernels wherever they are faster (opt-in).
     Tf32,
     /// f32 FMAs.
     Exact,
+}
+
+/// How one f32 problem multiplies, resolved from [`F32Precision`] and its shape
+/// ([`HypatiaConfig::f32_math`](super::HypatiaConfig::f32_math)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum F32Math {
+    /// f32 FMAs (the tiled kernel).
+    Exact,
+    /// Burn's own matmul (the engine's `burn` candidate, then Hypatia's epilogue) or f32 FMAs:
+    /// none of Hypatia's TF32 kernels, whose error against float64 measured 25-40 times
+    /// Burn's where Burn runs tensor cores (decision record 0014).
+    Burn,
+    /// TF32 on any candidate, truncating ones included.
+    Tf32,
 }
 
 /// Which element types the tensor-core engine offers Hypatia's Hopper kernel for (CUDA builds).
@@ -42,8 +61,8 @@ pub enum F32Precision {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WgmmaOffer {
-    /// f16, bf16, and f32 as TF32 (the default; decision record 0001). Under
-    /// [`F32Precision::Exact`] no f32 step reaches the engine.
+    /// f16, bf16, and f32 as TF32 (the default; decision records 0001, 0014). An f32 step that
+    /// runs exact f32 ([`F32Precision`]) does not reach the engine.
     #[default]
     Auto,
     /// f16 and bf16 only: f32 runs on the engine's other candidates (cubek's `mma.sync` TF32
@@ -259,6 +278,19 @@ pub enum Pattern {
     BiasGrad,
 }
 
+impl Pattern {
+    /// Every pattern.
+    pub const ALL: [Pattern; 7] = [
+        Pattern::Matmul,
+        Pattern::Linear,
+        Pattern::MatmulReluGrad,
+        Pattern::LinearRelu,
+        Pattern::LinearActivations,
+        Pattern::MlpChain,
+        Pattern::BiasGrad,
+    ];
+}
+
 /// Parses each choice by the name the file and its variable give it: `"never".parse()`.
 macro_rules! by_name {
     ($($choice:ty),*) => {$(
@@ -318,8 +350,8 @@ mod tests {
             "cube",
         );
         assert_parses(
-            &["tf32", "exact"],
-            &[F32Precision::Tf32, F32Precision::Exact],
+            &["burn", "tf32", "exact"],
+            &[F32Precision::Burn, F32Precision::Tf32, F32Precision::Exact],
             "fp32",
         );
         use WgmmaOffer as W;

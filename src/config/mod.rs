@@ -36,7 +36,8 @@ use std::sync::{Arc, RwLock};
 pub struct HypatiaConfig {
     /// How fused steps run (`HYPATIA_EXECUTION`).
     pub execution: ExecutionPolicy,
-    /// Whether f32 steps multiply as TF32 or exact f32 (`HYPATIA_F32`; decision record 0001).
+    /// Whether f32 steps multiply as Burn's matmul does, as TF32 or exact f32 (`HYPATIA_F32`;
+    /// decision record 0014).
     pub f32: F32Precision,
     /// Which element types the engine offers the Hopper `wgmma` kernel (`HYPATIA_WGMMA`).
     pub wgmma: WgmmaOffer,
@@ -144,15 +145,37 @@ impl HypatiaConfig {
         file::load()?.override_from_env()
     }
 
-    /// Whether steps in `dtype` must multiply exact f32 ([`F32Precision::Exact`]).
-    pub fn exact_f32(&self, dtype: burn_backend::DType) -> bool {
-        dtype == burn_backend::DType::F32 && self.f32 == F32Precision::Exact
+    /// How an f32 matmul of `m × k → n` (per batch, as Burn's autotune key reads it)
+    /// multiplies under [`f32`](Self::f32) (decision record 0014).
+    pub fn f32_math(&self, m: usize, k: usize, n: usize) -> F32Math {
+        match self.f32 {
+            F32Precision::Exact => F32Math::Exact,
+            F32Precision::Tf32 => F32Math::Tf32,
+            F32Precision::Burn if burn_runs_tf32(m, k, n) => F32Math::Burn,
+            F32Precision::Burn => F32Math::Exact,
+        }
+    }
+
+    /// Whether steps of `dtype` and this shape multiply exact f32.
+    pub fn exact_f32(&self, dtype: burn_backend::DType, m: usize, k: usize, n: usize) -> bool {
+        dtype == burn_backend::DType::F32 && self.f32_math(m, k, n) == F32Math::Exact
     }
 
     /// Whether the fuser leaves `pattern` to Burn.
     pub fn disabled(&self, pattern: Pattern) -> bool {
         self.disable.contains(&pattern)
     }
+}
+
+/// Whether Burn 0.21's f32 matmul autotune tries tensor-core (TF32) kernels only for an
+/// `m × k → n` problem: a general one (every side above 1) with a side of 512 or more. There
+/// its "accelerated" group ranks first and wins with the first kernel that runs; for smaller
+/// general problems ("small" scale) it times f32-FMA kernels against TF32 ones and keeps the
+/// faster, and matrix-vector and outer products rank f32-FMA kernels first
+/// (`burn-cubecl-fusion`'s `optim/matmul/tune.rs`, cubek-matmul's `MatmulGlobalScale`).
+/// Measured on an H200: decision record 0014.
+pub fn burn_runs_tf32(m: usize, k: usize, n: usize) -> bool {
+    m > 1 && k > 1 && n > 1 && (m >= 512 || k >= 512 || n >= 512)
 }
 
 /// The file half of loading, through CubeCL's `RuntimeConfig` (which Burn's `burn.toml` uses).
@@ -251,7 +274,7 @@ mod tests {
     fn the_defaults_are_every_policys_auto() {
         let config = HypatiaConfig::default();
         assert_eq!(config.execution, ExecutionPolicy::Auto);
-        assert_eq!(config.f32, F32Precision::Tf32);
+        assert_eq!(config.f32, F32Precision::Burn);
         assert_eq!(config.race, RacePolicy::Auto);
         assert_eq!(config.verify, VerifyMode::Off);
         assert!(config.disable.is_empty() && config.dump.is_none());

@@ -190,7 +190,8 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
         .expect("operands of a claimed block are materialised")
         .client
         .clone();
-    let kind = choose_execution(&problem, step.epilogue, &client, &config());
+    let config = config();
+    let kind = choose_execution(&problem, step.epilogue, &client, &config);
     if kind == Execution::Split && step.out == step.matmul_out {
         run_unfused(step.matmul_ops.iter().copied(), context, execution);
         return Ok(None);
@@ -211,13 +212,16 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
     let write_pre = step.pre.is_some();
     let produced = match kind {
         Execution::Tiled | Execution::TensorCore => {
-            let launch = match kind {
-                Execution::Tiled => launch_fused_linear,
-                _ => tensor_core_linear,
-            };
             let (x, w) = (operand(context, x), operand(context, w));
+            let outputs = match kind {
+                Execution::Tiled => launch_fused_linear(&problem, &x, &w, epilogue, write_pre),
+                _ => {
+                    let f32 = problem.f32_math(&config);
+                    tensor_core_linear(&problem, &x, &w, epilogue, write_pre, f32)
+                }
+            };
             Produced {
-                outputs: launch(&problem, &x, &w, epilogue, write_pre),
+                outputs,
                 rest: step.ops.clone(),
                 consumed: step.operands().collect(),
                 first_launch,

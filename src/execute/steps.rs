@@ -7,13 +7,14 @@ use super::context::*;
 use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
 use super::step::*;
 use super::{Execution, has_matrix_units};
-use crate::config::{FlushPolicy, VerifyMode, config};
+use crate::config::{F32Precision, FlushPolicy, VerifyMode, config};
 use crate::fallback::{FallbackReason, defer_error, run_unfused};
 use crate::host::pace::Pace;
 use crate::kernel::MAX_CHAIN_LAYERS;
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::rewrite::Profile;
 use crate::stats;
+use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution};
@@ -336,8 +337,9 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let [x, w] = [fused.x, fused.w].map(|r| {
             (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
         });
-        if config().exact_f32(x.dtype) {
-            // Burn's side multiplies f32 as TF32: exact f32 is Hypatia's side alone.
+        if x.dtype == DType::F32 && config().f32 == F32Precision::Exact {
+            // Burn's side may multiply f32 as TF32: exact f32 everywhere is Hypatia's side
+            // alone. Under the default Burn's side is Burn's own f32 (decision record 0014).
             return None;
         }
         let x_handle = context.handles.get_handle_ref(&x.id)?;

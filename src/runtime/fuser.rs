@@ -330,6 +330,12 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
         if self.status == FuserStatus::Closed {
             return;
         }
+        if self.window.is_empty() && Pattern::ALL.iter().all(|&p| config().disabled(p)) {
+            // Nothing can be claimed: hold no block open (burn-fusion explores as without
+            // Hypatia).
+            self.status = FuserStatus::Closed;
+            return;
+        }
         let start = Instant::now();
         self.fuse_open(operation);
         self.busy += start.elapsed();

@@ -253,6 +253,7 @@ fn engine_keys_part_problems_a_candidate_declines() {
     use burn_std::{Metadata, Shape, Strides};
     use hypatia::config::WgmmaOffer;
     use hypatia::kernel::Epilogue;
+    use hypatia::kernel::F32Math;
     use hypatia::kernel::engine::LinearArgs;
     let device = device();
     let client = <Runtime as cubecl::Runtime>::client(&device);
@@ -278,6 +279,7 @@ fn engine_keys_part_problems_a_candidate_declines() {
         gate: Some(tensor([m, n], [gate_pitch, 1])),
         params: [0.0; 2],
         bias_grad: None,
+        f32: F32Math::Burn,
     };
     // Whatever `HYPATIA_WGMMA` says: each offer is set here.
     let auto = ConfigGuard::set(|c| c.wgmma = WgmmaOffer::Auto);
@@ -287,6 +289,11 @@ fn engine_keys_part_problems_a_candidate_declines() {
     let pitched = "a pitched gate has a key of its own";
     assert_ne!(contiguous, args(40, 128).key(), "{pitched}");
     drop(auto);
+    let truncating = LinearArgs {
+        f32: F32Math::Tf32,
+        ..args(40, n)
+    };
+    assert_ne!(contiguous, truncating.key(), "so has each TF32 rounding");
     let _half = ConfigGuard::set(|c| c.wgmma = WgmmaOffer::Half);
     assert_ne!(contiguous, args(40, n).key(), "so has each wgmma offer");
 }

@@ -408,3 +408,22 @@ fn a_transformer_encoder_trains_as_on_burn() {
     let _serial = serial();
     user_models::encoder_trains_as_on_burn::<f32>();
 }
+
+/// A Llama-style decoder layer (`user_models.rs`) trains on Hypatia as on Burn, bit for bit
+/// where Hypatia claims none of its steps.
+#[test]
+fn a_llama_style_layer_trains_as_on_burn() {
+    let _serial = serial();
+    user_models::llama_trains_as_on_burn::<f32>();
+}
+
+/// With every pattern switched off Hypatia's fuser holds no block open, and a Llama-style layer
+/// trains bit for bit as on Burn: Hypatia's backend forwards every op unchanged. (With patterns
+/// on, a fuser held open for a window it then declines changes burn-fusion's exploration, and the
+/// layer's parameters part by about 1e-6 on lavapipe: decision record 0015.)
+#[test]
+fn nothing_claimed_trains_bit_for_bit_as_on_burn() {
+    let _serial = serial();
+    let _off = ConfigGuard::set(|c| c.disable = hypatia::config::Pattern::ALL.to_vec());
+    user_models::llama_trains_as_on_burn::<f32>();
+}

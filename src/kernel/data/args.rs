@@ -2,6 +2,7 @@
 //! Linear's operands and outputs as Burn's tensors, and the layout checks they share.
 
 use super::{Epilogue, LinearProblem, Operand};
+pub use crate::config::F32Math;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -31,6 +32,9 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub params: [f32; 2],
     /// `Σ_rows out` ([`LinearOutputs::bias_grad`](crate::kernel::LinearOutputs::bias_grad)), contiguous, when asked for.
     pub bias_grad: Option<CubeTensor<R>>,
+    /// How f32 multiplies here, resolved from the configuration for this step: under
+    /// [`F32Math::Burn`] only Burn's matmul and the tiled kernel run f32.
+    pub f32: F32Math,
 }
 
 impl<R: CubeRuntime> LinearArgs<R> {

@@ -25,6 +25,18 @@ pub struct LinearProblem {
 }
 
 impl LinearProblem {
+    /// `[m, k, n]` of one batch, as Burn's matmul autotune key reads them.
+    pub fn dims(&self) -> [usize; 3] {
+        let r = self.out_shape.len();
+        [self.out_shape[r - 2], self.k, self.out_shape[r - 1]]
+    }
+
+    /// How this problem multiplies f32 under `config` (any dtype but f32: as TF32 would).
+    pub fn f32_math(&self, config: &crate::config::HypatiaConfig) -> crate::config::F32Math {
+        let [m, k, n] = self.dims();
+        config.f32_math(m, k, n)
+    }
+
     /// Floating-point operations of the matmul: `2·batch·m·n·k`.
     pub fn flops(&self) -> f64 {
         2.0 * self.out_shape.iter().product::<usize>() as f64 * self.k as f64

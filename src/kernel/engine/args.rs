@@ -3,14 +3,19 @@
 
 use super::Inputs;
 use crate::kernel::{
-    Epilogue, EpilogueInputs, LinearArgs, is_aligned, is_contiguous, launch_bias_activation_into,
-    launch_fused_linear_into,
+    Epilogue, EpilogueInputs, F32Math, LinearArgs, is_aligned, is_contiguous,
+    launch_bias_activation_into, launch_fused_linear_into,
 };
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 
 /// Largest problem (FLOPs) the tiled unit kernel is tuned on: beyond it, it always lost.
 const TILED_MAX_FLOPS: f64 = 1.0e9;
+/// Problems (FLOPs, `m` by its key's power of two) below which only Burn's matmul and the
+/// tiled kernel are tuned: a tensor-core tiling's single tile gains nothing there, and each
+/// candidate costs a compilation per key before the first step (a Transformer encoder's bf16
+/// step of 16 keys compiled for minutes with the GPU idle; decision record 0014).
+const TILINGS_MIN_FLOPS: f64 = (1u64 << 24) as f64;
 
 impl<R: CubeRuntime> LinearArgs<R> {
     /// Whether the epilogue does nothing: the matmul may write `out` directly.
@@ -79,6 +84,27 @@ impl<R: CubeRuntime> LinearArgs<R> {
             .next_power_of_two()
     }
 
+    /// Whether the problem is too small for the engine's tensor-core tilings
+    /// ([`TILINGS_MIN_FLOPS`]); read by the key's rows, so a whole key declines or none.
+    pub(super) fn below_tilings(&self) -> Result<(), String> {
+        let shape = self.out.meta.shape();
+        let n = shape[shape.len() - 1];
+        match 2.0 * (self.key_rows() * self.problem().k * n) as f64 {
+            flops if flops < TILINGS_MIN_FLOPS => Err("too small for a tensor-core tiling".into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a TF32 candidate may run this problem: not in f32 under [`F32Math::Burn`].
+    pub(super) fn tf32_allowed(&self) -> Result<(), String> {
+        if self.x.dtype == burn_backend::DType::F32 && self.f32 == F32Math::Burn {
+            // Hypatia's TF32 kernels: 6.6e-4 from float64, Burn's matmul 1.6e-5 at 2048³
+            // (decision record 0014).
+            return Err("f32 follows Burn's matmul here (f32 = \"burn\")".into());
+        }
+        Ok(())
+    }
+
     /// The tiled unit kernel, whole linear in one launch.
     pub(super) fn tiled(&self) -> Result<(), String> {
         let problem = self.problem();
@@ -119,7 +145,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
             )
         };
         format!(
-            "m{} n{} k{} {:?} x{} w{} b{} p{} g{} {:?}{} {:?}",
+            "m{} n{} k{} {:?} x{} w{} b{} p{} g{} {:?}{} {:?} {:?}{}",
             self.key_rows(),
             shape[shape.len() - 1],
             self.problem().k,
@@ -134,6 +160,14 @@ impl<R: CubeRuntime> LinearArgs<R> {
             self.epilogue,
             if self.bias_grad.is_some() { " db" } else { "" },
             crate::config::config().wgmma,
+            self.f32,
+            // Which candidates apply is part of the key: a choice cached under another rule
+            // would replay a candidate that now declines (CubeCL's tuner panics then).
+            if self.below_tilings().is_err() {
+                " small"
+            } else {
+                ""
+            },
         )
     }
 }

@@ -14,7 +14,7 @@ pub use crate::kernel::LinearArgs;
 pub use tiling::{Loading, TILINGS, Tiling, matmul_problem};
 
 use crate::kernel::{
-    EpilogueInputs, LinearOutputs, LinearProblem, Operand, alloc, bias_grad_shape,
+    EpilogueInputs, F32Math, LinearOutputs, LinearProblem, Operand, alloc, bias_grad_shape,
 };
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -68,6 +68,8 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
     ];
     for tiling in TILINGS {
         list.push(Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
+            args.below_tilings()?;
+            args.tf32_allowed()?;
             args.split(|inputs| launch_tiling(&tiling, inputs))
         }));
     }
@@ -78,6 +80,8 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         // TF32 tiling anything but f32.
         let entry = |name: String, tiling, f32_only: bool| {
             Entry::tuned(name, move |args: LinearArgs<R>| {
+                args.below_tilings()?;
+                args.tf32_allowed()?;
                 let f32 = args.x.dtype == DType::F32;
                 if f32 && crate::config::config().wgmma == crate::config::WgmmaOffer::Half {
                     return Err("f32 is not offered (HYPATIA_WGMMA=half)".into());
@@ -144,13 +148,15 @@ fn tensor<R: CubeRuntime>(handle: CubeFusionHandle<R>, shape: Vec<usize>) -> Cub
 }
 
 /// `epilogue(x · w + bias)` (and the pre-activation if `write_pre`) on the engine's fastest
-/// candidate for this problem on this device, into new contiguous buffers.
+/// candidate for this problem on this device, into new contiguous buffers; f32 as `f32` says
+/// (a candidate that cannot round that way declines).
 pub fn tensor_core_linear<R: CubeRuntime>(
     problem: &LinearProblem,
     x: &Operand<R>,
     w: &Operand<R>,
     epilogue: EpilogueInputs<'_, R>,
     write_pre: bool,
+    f32: F32Math,
 ) -> LinearOutputs<R> {
     static TUNER: LocalTuner<String, cubecl::CubeTuneId> = local_tuner!();
     let rank = problem.out_shape.len();
@@ -191,6 +197,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         x,
         w,
         w_id,
+        f32,
     };
     let outputs = LinearOutputs {
         out: args.out.clone().into(),

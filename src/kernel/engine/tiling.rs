@@ -10,7 +10,7 @@ use cubek_matmul::components::tile::TileMatmulKind;
 use cubek_matmul::definition::{
     MatmulElems, MatmulGlobalElems, MatmulProblem, MatmulSetupError, TilingBlueprint, TilingScheme,
 };
-use cubek_matmul::launch::Strategy;
+use cubek_matmul::launch::{MatmulAutotuneKey, Strategy};
 use cubek_matmul::routines::{BlueprintStrategy, select_swizzle};
 use cubek_std::cube_count::{CubeCountStrategy, GlobalOrder, HypercubeBlueprint, SmAllocation};
 use cubek_std::{InputBinding, PartitionSize, StageSize, SwizzleModes, TileSize};
@@ -221,6 +221,28 @@ fn broadcast_batch<R: CubeRuntime>(tensor: &CubeTensor<R>, out: &[usize]) -> boo
         .any(|i| out[i] > 1 && (shape[i] != out[i] || strides[i] == 0))
 }
 
+/// Whether `lhs` and `rhs` have the strides Burn's matmul tuner requires of its TMA kernels:
+/// every stride but the unit one a multiple of 16 bytes (cubek's `stride_factor` of 4 or more).
+pub(crate) fn tma_aligned<R: CubeRuntime>(
+    lhs: &CubeTensor<R>,
+    rhs: &CubeTensor<R>,
+    elem: StorageType,
+) -> bool {
+    let key = MatmulAutotuneKey::generate(
+        &lhs.client,
+        lhs.meta.shape(),
+        rhs.meta.shape(),
+        lhs.meta.strides(),
+        rhs.meta.strides(),
+        elem,
+        elem,
+        elem,
+        None,
+        None,
+    );
+    key.definition.lhs_stride_factor >= 4 && key.definition.rhs_stride_factor >= 4
+}
+
 /// Launches one tiling into `out`.
 pub(crate) fn launch_tiling<R: CubeRuntime>(
     tiling: &Tiling,
@@ -238,6 +260,12 @@ pub(crate) fn launch_tiling<R: CubeRuntime>(
     }
     let elem: StorageType = lhs.dtype.into();
     let client = lhs.client.clone();
+    if tma && !tma_aligned(&lhs, &rhs, elem) {
+        // A TMA map takes 16-byte aligned strides only, and Burn's own tuner never offers its
+        // TMA kernels otherwise (PRIORITY_NEVER): with a bf16 `k` of 45 a TMA tiling's loads
+        // never completed and its step did not end (decision record 0014).
+        return Err("TMA needs strides aligned to 16 bytes".into());
+    }
     let (lhs, rhs, out) = (lhs.binding(), rhs.binding(), out.binding());
     let problem = matmul_problem(&lhs, &rhs, &out, elem).map_err(|e| format!("{e:?}"))?;
     let strategy = tiling.strategy(&problem, &client);
