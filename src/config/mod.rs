@@ -156,11 +156,6 @@ impl HypatiaConfig {
         }
     }
 
-    /// Whether steps of `dtype` and this shape multiply exact f32.
-    pub fn exact_f32(&self, dtype: burn_backend::DType, m: usize, k: usize, n: usize) -> bool {
-        dtype == burn_backend::DType::F32 && self.f32_math(m, k, n) == F32Math::Exact
-    }
-
     /// Whether the fuser leaves `pattern` to Burn.
     pub fn disabled(&self, pattern: Pattern) -> bool {
         self.disable.contains(&pattern)

@@ -10,7 +10,7 @@
 //! most shapes to Burn. The choices read a [`HypatiaConfig`] passed in, so tests build the one
 //! they need.
 
-use crate::config::{ChainPolicy, ExecutionPolicy, F32Precision, HypatiaConfig};
+use crate::config::{ChainPolicy, ExecutionPolicy, F32Math, F32Precision, HypatiaConfig};
 use crate::kernel::{ChainProblem, Epilogue, LinearProblem};
 use crate::rewrite::Profile;
 use burn_backend::DType;
@@ -66,13 +66,12 @@ pub fn choose_execution<R: Runtime>(
         ExecutionPolicy::TensorCore => Execution::TensorCore,
         ExecutionPolicy::Split => Execution::Split,
         ExecutionPolicy::Auto => {
-            let [m, k, n] = problem.dims();
             let f32 = problem.dtype == DType::F32;
             if f32 && config.f32 == F32Precision::Exact {
                 // Every engine candidate but the tiled kernel multiplies f32 as TF32.
                 Execution::Tiled
             } else if has_matrix_units(client, problem.dtype) {
-                if config.exact_f32(problem.dtype, m, k, n) {
+                if f32 && problem.f32_math(config) == F32Math::Exact {
                     // Burn's f32 may be exact here: so is Hypatia's (decision record 0014).
                     Execution::Tiled
                 } else {

@@ -330,7 +330,10 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
         if self.status == FuserStatus::Closed {
             return;
         }
-        if self.window.is_empty() && Pattern::ALL.iter().all(|&p| config().disabled(p)) {
+        if self.window.is_empty() && {
+            let config = config();
+            Pattern::ALL.iter().all(|&p| config.disabled(p))
+        } {
             // Nothing can be claimed: hold no block open (burn-fusion explores as without
             // Hypatia).
             self.status = FuserStatus::Closed;

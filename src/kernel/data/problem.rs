@@ -31,7 +31,7 @@ impl LinearProblem {
         [self.out_shape[r - 2], self.k, self.out_shape[r - 1]]
     }
 
-    /// How this problem multiplies f32 under `config` (any dtype but f32: as TF32 would).
+    /// How this problem multiplies if it is f32, under `config`.
     pub fn f32_math(&self, config: &crate::config::HypatiaConfig) -> crate::config::F32Math {
         let [m, k, n] = self.dims();
         config.f32_math(m, k, n)
