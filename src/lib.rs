@@ -164,4 +164,6 @@ mod book {
     struct Decision0014;
     #[doc = include_str!("../docs/decisions/0015-declined-windows.md")]
     struct Decision0015;
+    #[doc = include_str!("../docs/decisions/0016-small-problems-tiled.md")]
+    struct Decision0016;
 }

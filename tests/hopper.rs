@@ -421,9 +421,9 @@ fn prepare<H: Float>(c: Case) -> Prepared {
     };
     // The gate: signs at random, exact zeros of both signs, and a NaN (which keeps the value).
     let mut gate = values(rows * c.n, 5);
-    gate[0] = 0.0;
-    gate[1] = f64::NAN;
-    gate[2] = -0.0;
+    for (g, special) in gate.iter_mut().zip([0.0, f64::NAN, -0.0]) {
+        *g = special;
+    }
 
     // Row by row, k outer: each row of x has at most one special value, so NaN and ±Inf land
     // where a dot product in any order puts them.
@@ -476,6 +476,17 @@ fn run_with_id<H: Float>(
     p: &Prepared,
     w_id: Option<u64>,
 ) -> Result<(), String> {
+    run_args::<H>(dev, p, w_id, |args| launch(tiling, &args))
+}
+
+/// Builds `p`'s device operands (outputs poisoned), runs `go` on them and compares what it
+/// wrote with the float64 references; `go`'s error (a decline) is returned as it is.
+fn run_args<H: Float>(
+    dev: &Device,
+    p: &Prepared,
+    w_id: Option<u64>,
+    go: impl FnOnce(LinearArgs<CudaRuntime>) -> Result<(), String>,
+) -> Result<(), String> {
     let c = p.case;
     let out_strides = contiguous(&p.out_shape);
     // Poison: NaN everywhere the kernel must write.
@@ -495,20 +506,26 @@ fn run_with_id<H: Float>(
         bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
         f32: F32Math::Tf32,
     };
-    launch(tiling, &args)?;
-    compare::<H>("out", &dev.download::<H>(&args.out), &p.out_ref)?;
-    if let Some(pre) = &args.pre {
-        compare::<H>("pre", &dev.download::<H>(pre), &p.pre_ref)?;
-    }
-    if let Some(bias_grad) = &args.bias_grad {
-        compare::<H>(
-            "bias gradient",
-            &dev.download::<H>(bias_grad),
-            &p.bias_grad_ref,
-        )?;
-    }
-    Ok(())
+    go(args.clone())?;
+    let check = || {
+        compare::<H>("out", &dev.download::<H>(&args.out), &p.out_ref)?;
+        if let Some(pre) = &args.pre {
+            compare::<H>("pre", &dev.download::<H>(pre), &p.pre_ref)?;
+        }
+        if let Some(bias_grad) = &args.bias_grad {
+            compare::<H>(
+                "bias gradient",
+                &dev.download::<H>(bias_grad),
+                &p.bias_grad_ref,
+            )?;
+        }
+        Ok(())
+    };
+    check().map_err(|e: String| format!("{WRONG}{e}"))
 }
+
+/// How a result that differs from the reference starts its message (a decline never does).
+const WRONG: &str = "wrong: ";
 
 /// Same NaN/±Inf positions, and the finite values within the dtype's relative error.
 fn compare<H: Float>(what: &str, got: &[u32], reference: &[f64]) -> Result<(), String> {
@@ -547,20 +564,14 @@ fn check_all<H: Float>() {
         return;
     };
     let only = std::env::var("HYPATIA_TEST_TILINGS").unwrap_or_default();
-    let (shard, shards) = std::env::var("HYPATIA_TEST_SHARD")
-        .ok()
-        .and_then(|v| {
-            let (i, n) = v.split_once('/')?;
-            Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?))
-        })
-        .unwrap_or((0, 1));
+    let (shard, shards) = shard();
     let tf32 = WGMMA_TF32_TILINGS.into_iter().filter(|_| H::SIZE == 4);
     let tilings: Vec<_> = (WGMMA_TILINGS.into_iter())
         .chain(WGMMA_FORCED_TILINGS)
         .chain(tf32)
         .filter(|t| t.runs(H::SIZE) && t.name().contains(&only))
         .enumerate()
-        .filter(|(i, _)| i % shards.max(1) == shard)
+        .filter(|(i, _)| i % shards == shard)
         .map(|(_, t)| t)
         .collect();
     assert!(!tilings.is_empty(), "no tiling left by the filters");
@@ -596,6 +607,124 @@ fn wgmma_linear_matches_f64_reference_f16() {
 fn wgmma_linear_matches_f64_reference_tf32() {
     let _serial = serial();
     check_all::<f32>();
+}
+
+/// Tiny and odd problems (`m, k, n` from 1 to 65, `k` of 1, 5 and 45): forward with bias,
+/// pre-activation and NaN/±Inf, rank 3, ReLU's backward `dy · Wᵀ` gated, and weight
+/// gradients `xᵀ · dy`.
+const TINY: [Case; 9] = [
+    case(1, 1, 1),
+    Case {
+        lead: 2,
+        ..case(1, 5, 17)
+    },
+    Case {
+        specials: true,
+        epilogue: Epilogue::Gelu,
+        ..case(17, 45, 33)
+    },
+    relu_grad(33, 5, 65, true),
+    relu_grad(64, 64, 64, false),
+    Case {
+        lead: 3,
+        bias: false,
+        pre: false,
+        ..case(45, 5, 32)
+    },
+    Case {
+        transpose_x: true,
+        bias: false,
+        pre: false,
+        epilogue: Epilogue::Identity,
+        ..case(33, 1, 65)
+    },
+    Case {
+        transpose_x: true,
+        x_pad: 3,
+        bias: false,
+        pre: false,
+        specials: true,
+        epilogue: Epilogue::Identity,
+        ..case(9, 45, 5)
+    },
+    Case {
+        transpose_w: true,
+        ..case(17, 64, 1)
+    },
+];
+
+/// Every candidate of the engine (Burn's matmul, the tiled kernel, each cubek tiling and, on
+/// Hopper, each `wgmma` tiling) on every [`TINY`] problem, with its size gate off: each either
+/// declines the problem or matches the float64 reference, and each returns. Under autotune the
+/// tilings decline every one of these problems (too small for a tensor-core tiling), and Burn's
+/// matmul and the tiled kernel take every one. `HYPATIA_TEST_SHARD=i/n` keeps every n-th
+/// candidate from the i-th, as [`check_all`] does with tilings.
+fn check_candidates<H: Float>() {
+    let dev = &Device::cuda();
+    let (shard, shards) = shard();
+    let names: Vec<String> = hypatia::kernel::engine::candidate_names::<CudaRuntime>()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % shards == shard)
+        .map(|(_, name)| name)
+        .collect();
+    let (mut failures, mut ran) = (Vec::new(), 0);
+    for c in TINY {
+        let prepared = prepare::<H>(c);
+        for name in &names {
+            let raw = run_args::<H>(dev, &prepared, None, |args| {
+                hypatia::kernel::engine::run_candidate(name, args, false).expect("a candidate")
+            });
+            let gated = run_args::<H>(dev, &prepared, None, |args| {
+                hypatia::kernel::engine::run_candidate(name, args, true).expect("a candidate")
+            });
+            let always = name == "burn" || name == "tiled";
+            match (raw, gated) {
+                (Ok(()), Ok(())) if always => ran += 1,
+                (Ok(()), Err(_)) if !always => ran += 1,
+                (Err(reason), Err(_)) if !always && !reason.starts_with(WRONG) => {
+                    eprintln!("{:?} {name}: {c:?}: declined: {reason}", H::DTYPE)
+                }
+                (raw, gated) => failures.push(format!(
+                    "{:?} {name}: {c:?}: ungated {raw:?}, under autotune {gated:?}",
+                    H::DTYPE
+                )),
+            }
+        }
+        eprintln!("{:?} {c:?}: {} candidates", H::DTYPE, names.len());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ran > 0, "no candidate ran a problem");
+}
+
+/// The shard of the work this process takes: `HYPATIA_TEST_SHARD=i/n`, else all of it.
+fn shard() -> (usize, usize) {
+    std::env::var("HYPATIA_TEST_SHARD")
+        .ok()
+        .and_then(|v| {
+            let (i, n) = v.split_once('/')?;
+            Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?.max(1)))
+        })
+        .unwrap_or((0, 1))
+}
+
+#[test]
+fn engine_candidates_on_tiny_problems_bf16() {
+    let _serial = serial();
+    check_candidates::<bf16>();
+}
+
+#[test]
+fn engine_candidates_on_tiny_problems_f16() {
+    let _serial = serial();
+    check_candidates::<f16>();
+}
+
+/// f32 with TF32 allowed (`f32 = "tf32"`), so that every candidate may take it.
+#[test]
+fn engine_candidates_on_tiny_problems_f32() {
+    let _serial = serial();
+    check_candidates::<f32>();
 }
 
 /// A TF32 weight read again keeps its K-major copy under its id from the second launch on

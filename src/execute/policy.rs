@@ -74,6 +74,9 @@ pub fn choose_execution<R: Runtime>(
                 if f32 && problem.f32_math(config) == F32Math::Exact {
                     // Burn's f32 may be exact here: so is Hypatia's (decision record 0014).
                     Execution::Tiled
+                } else if problem.is_small() {
+                    // One tile's work: the tiled kernel, untuned (decision record 0016).
+                    Execution::Tiled
                 } else {
                     Execution::TensorCore
                 }

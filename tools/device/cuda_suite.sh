@@ -39,6 +39,9 @@ hopper-f16-0|hopper|--exact wgmma_linear_matches_f64_reference_f16|HYPATIA_TEST_
 hopper-f16-1|hopper|--exact wgmma_linear_matches_f64_reference_f16|HYPATIA_TEST_SHARD=1/2
 hopper-tf32-0|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TEST_SHARD=0/2
 hopper-tf32-1|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TEST_SHARD=1/2
+hopper-tiny-bf16|hopper|--exact engine_candidates_on_tiny_problems_bf16
+hopper-tiny-f16|hopper|--exact engine_candidates_on_tiny_problems_f16
+hopper-tiny-f32|hopper|--exact engine_candidates_on_tiny_problems_f32
 half_f16-prop-forward|half_f16|--exact forward_properties_hold_in_f16
 half_bf16-prop-forward|half_bf16|--exact forward_properties_hold_in_bf16
 half_f16-prop-backward-0|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
@@ -51,7 +54,7 @@ lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTES
 lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
 half_f16-prop-chains|half_f16|--exact chain_properties_hold_in_f16
 half_bf16-prop-chains|half_bf16|--exact chain_properties_hold_in_bf16
-hopper|hopper|--skip wgmma_linear_matches_f64_reference
+hopper|hopper|--skip wgmma_linear_matches_f64_reference --skip engine_candidates_on_tiny_problems
 half_f16|half_f16|--skip properties_hold
 half_bf16|half_bf16|--skip properties_hold --skip user_models
 half_bf16-models|half_bf16|user_models_train_as_on_burn_in_bf16

@@ -11,6 +11,13 @@ pub const TILE_M: usize = 64;
 /// Output columns of one cube of the tiled kernel.
 pub const TILE_N: usize = 64;
 
+/// Problems (FLOPs, output rows rounded up to a power of two) below which no tensor-core
+/// kernel gains anything: one tile's work, launch-bound. There the engine's only candidates
+/// would be the tiled kernel and Burn's unfused matmul, and the tiled kernel won every such
+/// key of a bf16 Transformer encoder on an H200 (1.4-3.7x), while tuning Burn's matmul there
+/// compiled its candidates for 20-40 s a key (decision record 0016).
+pub const TENSOR_CORE_MIN_FLOPS: f64 = (1u64 << 24) as f64;
+
 /// A validated problem: everything the launch needs, nothing allocated yet.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinearProblem {
@@ -35,6 +42,23 @@ impl LinearProblem {
     pub fn f32_math(&self, config: &crate::config::HypatiaConfig) -> crate::config::F32Math {
         let [m, k, n] = self.dims();
         config.f32_math(m, k, n)
+    }
+
+    /// Rows of the output (every dim but the last), rounded up to a power of two: the
+    /// engine's autotune key's `m`, so that whatever is decided by size holds for a whole key.
+    pub fn key_rows(&self) -> usize {
+        let r = self.out_shape.len();
+        self.out_shape[..r - 1]
+            .iter()
+            .product::<usize>()
+            .next_power_of_two()
+    }
+
+    /// Whether the problem is too small for any tensor-core kernel
+    /// ([`TENSOR_CORE_MIN_FLOPS`]), read by [`key_rows`](Self::key_rows).
+    pub fn is_small(&self) -> bool {
+        let n = self.out_shape[self.out_shape.len() - 1];
+        2.0 * ((self.key_rows() * self.k * n) as f64) < TENSOR_CORE_MIN_FLOPS
     }
 
     /// Floating-point operations of the matmul: `2·batch·m·n·k`.
@@ -184,6 +208,23 @@ mod tests {
             Some((&[1, 1, 5], DType::F32)),
         );
         assert_eq!(problem.unwrap().batch, 2);
+    }
+
+    #[test]
+    fn small_is_decided_per_key_of_rows_rounded_up() {
+        let problem = |x: &[usize], w: &[usize]| {
+            check_linear((x, DType::BF16), (w, DType::BF16), None).unwrap()
+        };
+        // [5, 9] rows: 45, key 64; 2 · 64 · 32 · 64 FLOPs.
+        let encoder = problem(&[5, 9, 32], &[32, 64]);
+        assert_eq!(encoder.key_rows(), 64);
+        assert!(encoder.is_small());
+        // 2^24 FLOPs exactly is not small; one row fewer in the key is.
+        assert!(!problem(&[256, 256], &[256, 128]).is_small());
+        assert!(problem(&[128, 256], &[256, 128]).is_small());
+        // Rows 129 share the key of 256, so they are not small either.
+        assert!(!problem(&[129, 256], &[256, 128]).is_small());
+        assert!(!problem(&[1024, 784], &[784, 2048]).is_small());
     }
 
     #[test]

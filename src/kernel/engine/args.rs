@@ -11,12 +11,6 @@ use burn_cubecl::tensor::CubeTensor;
 
 /// Largest problem (FLOPs) the tiled unit kernel is tuned on: beyond it, it always lost.
 const TILED_MAX_FLOPS: f64 = 1.0e9;
-/// Problems (FLOPs, `m` by its key's power of two) below which only Burn's matmul and the
-/// tiled kernel are tuned: a tensor-core tiling's single tile gains nothing there, and each
-/// candidate costs a compilation per key before the first step (a Transformer encoder's bf16
-/// step of 16 keys compiled for minutes with the GPU idle; decision record 0014).
-const TILINGS_MIN_FLOPS: f64 = (1u64 << 24) as f64;
-
 impl<R: CubeRuntime> LinearArgs<R> {
     /// Whether the epilogue does nothing: the matmul may write `out` directly.
     fn is_plain(&self) -> bool {
@@ -72,26 +66,23 @@ impl<R: CubeRuntime> LinearArgs<R> {
         Ok(())
     }
 
-    /// Rows of the output, rounded up to a power of two: the autotune key's `m`. A candidate
-    /// that declines by size reads this, never the exact `m`, so that it declines every
-    /// problem of a key or none (a choice replayed on a problem its candidate declines would
-    /// panic in CubeCL's tuner).
+    /// The autotune key's `m` ([`LinearProblem::key_rows`](crate::kernel::LinearProblem::key_rows)).
+    /// A candidate that declines by size reads this, never the exact `m`, so that it declines
+    /// every problem of a key or none (a choice replayed on a problem its candidate declines
+    /// would panic in CubeCL's tuner).
     pub(super) fn key_rows(&self) -> usize {
-        let shape = self.out.meta.shape();
-        shape[..shape.len() - 1]
-            .iter()
-            .product::<usize>()
-            .next_power_of_two()
+        self.problem().key_rows()
     }
 
     /// Whether the problem is too small for the engine's tensor-core tilings
-    /// ([`TILINGS_MIN_FLOPS`]); read by the key's rows, so a whole key declines or none.
+    /// ([`LinearProblem::is_small`](crate::kernel::LinearProblem::is_small)); read by the key's
+    /// rows, so a whole key declines or none. Under the default policy such a problem never
+    /// reaches the engine (it runs the tiled kernel); a forced engine still tunes Burn's matmul
+    /// against the tiled kernel there.
     pub(super) fn below_tilings(&self) -> Result<(), String> {
-        let shape = self.out.meta.shape();
-        let n = shape[shape.len() - 1];
-        match 2.0 * (self.key_rows() * self.problem().k * n) as f64 {
-            flops if flops < TILINGS_MIN_FLOPS => Err("too small for a tensor-core tiling".into()),
-            _ => Ok(()),
+        match self.problem().is_small() {
+            true => Err("too small for a tensor-core tiling".into()),
+            false => Ok(()),
         }
     }
 

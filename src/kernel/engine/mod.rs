@@ -35,6 +35,9 @@ struct Entry<R: CubeRuntime> {
     name: String,
     /// Whether autotune times it; the others run only when forced by name.
     tuned: bool,
+    /// Whether it is a tensor-core tiling, which declines problems too small for one
+    /// ([`LinearProblem::is_small`](crate::kernel::LinearProblem::is_small)).
+    tiling: bool,
     run: Candidate<R>,
 }
 
@@ -46,8 +49,26 @@ impl<R: CubeRuntime> Entry<R> {
         Self {
             name,
             tuned: true,
+            tiling: false,
             run: Box::new(run),
         }
+    }
+
+    /// A tensor-core tiling: declines a problem too small for it before it runs.
+    fn tiling(self) -> Self {
+        Self {
+            tiling: true,
+            ..self
+        }
+    }
+
+    /// Runs it on `args`; `size_gate`: as the engine does, declining a small problem first
+    /// when it is a tiling.
+    fn call(&self, args: LinearArgs<R>, size_gate: bool) -> Result<(), String> {
+        if self.tiling && size_gate {
+            args.below_tilings()?;
+        }
+        (self.run)(args)
     }
 }
 
@@ -67,11 +88,13 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         Entry::tuned("tiled".into(), |args: LinearArgs<R>| args.tiled()),
     ];
     for tiling in TILINGS {
-        list.push(Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
-            args.below_tilings()?;
-            args.tf32_allowed()?;
-            args.split(|inputs| launch_tiling(&tiling, inputs))
-        }));
+        list.push(
+            Entry::tuned(tiling.name(), move |args: LinearArgs<R>| {
+                args.tf32_allowed()?;
+                args.split(|inputs| launch_tiling(&tiling, inputs))
+            })
+            .tiling(),
+        );
     }
     #[cfg(feature = "cuda")]
     if crate::config::config().wgmma != crate::config::WgmmaOffer::Off {
@@ -80,7 +103,6 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         // TF32 tiling anything but f32.
         let entry = |name: String, tiling, f32_only: bool| {
             Entry::tuned(name, move |args: LinearArgs<R>| {
-                args.below_tilings()?;
                 args.tf32_allowed()?;
                 let f32 = args.x.dtype == DType::F32;
                 if f32 && crate::config::config().wgmma == crate::config::WgmmaOffer::Half {
@@ -91,6 +113,7 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
                 }
                 launch(tiling, &args)
             })
+            .tiling()
         };
         for tiling in WGMMA_TILINGS {
             list.push(entry(tiling.name(), tiling, false));
@@ -106,6 +129,35 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         }
     }
     list
+}
+
+/// The name of every candidate the engine has on runtime `R`, autotuned or run only when
+/// forced by name.
+pub fn candidate_names<R: CubeRuntime>() -> Vec<String> {
+    candidates::<R>()
+        .into_iter()
+        .map(|entry| entry.name)
+        .collect()
+}
+
+/// Runs the candidate called `name` on `args`: `Some(Err(reason))` where it declines the
+/// problem, `None` if there is no such candidate. With `size_gate` a tensor-core tiling
+/// declines a problem too small for it, as it does under autotune; without, it runs whatever
+/// it can (the property tests check each kernel at every size that way).
+pub fn run_candidate<R: CubeRuntime>(
+    name: &str,
+    args: LinearArgs<R>,
+    size_gate: bool,
+) -> Option<Result<(), String>> {
+    let (index, entry) = candidates::<R>()
+        .into_iter()
+        .enumerate()
+        .find(|(_, entry)| entry.name == name)?;
+    let result = entry.call(args, size_gate);
+    if result.is_ok() {
+        LAST.store(index, Ordering::Relaxed);
+    }
+    Some(result)
 }
 
 /// Index in [`candidates`] of the candidate that ran last (`usize::MAX`: none yet).
@@ -127,9 +179,9 @@ fn tunables<R: CubeRuntime>() -> TunableSet<String, LinearArgs<R>, ()> {
         if !entry.tuned {
             continue;
         }
-        let run = entry.run;
-        set = set.with(Tunable::new(&entry.name, move |args: LinearArgs<R>| {
-            run(args)?;
+        let name = entry.name.clone();
+        set = set.with(Tunable::new(&name, move |args: LinearArgs<R>| {
+            entry.call(args, true)?;
             LAST.store(index, Ordering::Relaxed);
             Ok::<(), String>(())
         }));
@@ -206,22 +258,15 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         shape: problem.out_shape.clone(),
     };
     if let Some(name) = crate::config::config().engine_candidate.clone() {
-        match candidates::<R>()
-            .into_iter()
-            .enumerate()
-            .find(|(_, entry)| entry.name == name)
-        {
-            Some((index, entry)) => match (entry.run)(args.clone()) {
-                Ok(()) => {
-                    LAST.store(index, Ordering::Relaxed);
-                    return outputs;
-                }
-                Err(reason) => log::warn!("hypatia: engine candidate `{name}` declined: {reason}"),
-            },
-            None => {
-                let names: Vec<_> = candidates::<R>().into_iter().map(|e| e.name).collect();
-                panic!("hypatia: engine-candidate `{name}` is none of this device's {names:?}");
+        match run_candidate(&name, args.clone(), true) {
+            Some(Ok(())) => return outputs,
+            Some(Err(reason)) => {
+                log::warn!("hypatia: engine candidate `{name}` declined: {reason}")
             }
+            None => panic!(
+                "hypatia: engine-candidate `{name}` is none of this device's {:?}",
+                candidate_names::<R>()
+            ),
         }
     }
     let set = TUNER.init(tunables::<R>);
