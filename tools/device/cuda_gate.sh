@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The CUDA gate: every chunk of the test suite (tools/device/cuda_suite.sh, the user-model tests
+# in f32 and bf16 among them) and Burn's own backend tests (tools/burn_tests) on `Hypatia<Cuda>`
+# and on `Cuda`, in f32, f16 and bf16, as a fixed list of device calls that each end inside the
+# device tool's 10-minute limit; then one table of passes, failures and hangs.
+#
+#   tools/device/cuda_gate.sh build           here: the suite's and Burn's test binaries, packed
+#                                             into .device/ (carry .device)
+#   tools/device/cuda_gate.sh calls           the device calls, one line each
+#   tools/device/cuda_gate.sh run N           on the GPU machine, from the repo root: call N;
+#                                             its result lines to $OUT/gate-N.txt
+#   tools/device/cuda_gate.sh table FILE...   here: the markdown table of those files (the
+#                                             results file's "The CUDA gate" section)
+#
+# Each call restores CubeCL's caches from .device/cache.tar.xz and saves them to $OUT (copy
+# that back into .device/ before the next call, as for cuda_suite.sh). A chunk stopped by its
+# limit counts as a hang: the gate passes when every line is a pass.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+
+# call|how many at once|what: suite chunks, or `burn:FILTER` for Burn's tests. The slowest
+# first; the groups come from the suite's last run (benches/results/nvidia-h200.md). Burn's
+# whole suite compiles for longer than a call, and one backend's pack (40-49 MB) is all a call
+# carries: calls 4 and 5 run the tests of what Hypatia claims (matmuls, linears, activations,
+# linear algebra, pools), call 4 carrying .device/burn_tests-hypatia.tgz, call 5
+# .device/burn_tests-burn.tgz.
+calls() {
+  cat <<'EOF'
+1|12|hopper-bf16-0 hopper-bf16-1 hopper-f16-0 hopper-f16-1 hopper-tf32-0 hopper-tf32-1 half_f16-prop-forward half_bf16-prop-forward lib-prop-backward-0 lib-prop-backward-1 half_f16-prop-backward-0 half_bf16-prop-backward-0
+2|16|half_f16-prop-backward-1 half_f16-prop-backward-2 half_bf16-prop-backward-1 half_bf16-prop-backward-2 half_f16-prop-chains half_bf16-prop-chains hopper-tiny-bf16 hopper-tiny-f16 hopper-tiny-f32 hopper half_f16 half_bf16 lib-long-run lib-prop-forward lib-prop-chains startup
+3|8|half_bf16-models lib-train lib-rest lib-mlp lib-kernels unit learner
+4|7|burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
+5|7|burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
+EOF
+}
+
+build() {
+  set -e
+  bash tools/device/cuda_suite.sh build
+  bash tools/burn_tests/burn_tests.sh build cuda
+}
+
+run() {
+  local n=$1 line jobs what
+  line=$(calls | grep -m1 "^$n|") || { echo "no call $n (tools/device/cuda_gate.sh calls)"; exit 2; }
+  IFS='|' read -r _ jobs what <<<"$line"
+  local lines=${OUT:-$ROOT/.device}/gate-$n.txt
+  if [[ "$what" == burn:* ]]; then
+    # Burn's suites on both backends; its table's rows become gate lines (burn_tests.sh report).
+    # shellcheck disable=SC2086 # the filter is words
+    JOBS=$jobs TIMEOUT=${CHUNK_TIMEOUT:-540} bash tools/burn_tests/burn_tests.sh run ${what#burn:} |
+      tee "$lines.raw"
+    python3 - "$lines.raw" >"$lines" <<'PY'
+import sys
+# burn_tests.sh's rows `| suite | backend | passed | failed | ignored | s |`; `table` compares
+# the backends.
+for line in open(sys.argv[1]):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) >= 4 and cells[2].isdigit() and cells[3].isdigit():
+        print(f"burn-tests {cells[0]} on {cells[1]}: COUNT {cells[2]} passed; {cells[3]} failed")
+PY
+  else
+    # shellcheck disable=SC2086 # one word per chunk
+    JOBS=$jobs CHUNK_TIMEOUT=${CHUNK_TIMEOUT:-480} bash tools/device/cuda_suite.sh run $what |
+      grep -E '^[^ ]+: (PASS|FAIL)' | tee "$lines"
+  fi
+}
+
+# One row a result line: PASS, FAIL, or a hang (a chunk its limit stopped); Burn's suites a row
+# each, failing where Hypatia fails more of a suite's tests than Burn does.
+table() {
+  python3 - "$@" <<'PY'
+import re, sys
+lines = [l.rstrip("\n") for f in sys.argv[1:] for l in open(f)]
+rows, counts = [], {}
+for l in lines:
+    m = re.match(r"burn-tests (\S+) on (\S+): COUNT (\d+) passed; (\d+) failed", l)
+    if m:
+        counts.setdefault(m[1], {})[m[2]] = (int(m[3]), int(m[4]))
+        continue
+    m = re.match(r"([^:]+): (PASS|FAIL)(?: rc=(\d+))? ?(.*)", l)
+    if m:
+        state = "pass" if m[2] == "PASS" else "hang" if m[3] == "124" else "fail"
+        rows.append((m[1], state, m[4]))
+for suite, by in counts.items():
+    h, b = by.get("hypatia"), by.get("burn")
+    state = "pass" if h and b and h[1] <= b[1] else "fail"
+    text = "; ".join(f"{k}: {p} passed, {f} failed" for k, (p, f) in sorted(by.items()))
+    rows.append((f"Burn's {suite}", state, text))
+print("| what | result | tests |\n|---|---|---|")
+for what, state, text in rows:
+    print(f"| {what} | {state if state == 'pass' else '**' + state + '**'} | {text} |")
+n = {s: sum(r[1] == s for r in rows) for s in ("pass", "fail", "hang")}
+print(f"\n{n['pass']} passed, {n['fail']} failed, {n['hang']} hung")
+PY
+}
+
+case "${1:-}" in
+  build) build ;;
+  calls) calls | tr '|' '\t' ;;
+  run) run "${2:?call number}" ;;
+  table) shift; table "$@" ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
+esac
