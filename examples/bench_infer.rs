@@ -17,6 +17,8 @@ use std::time::Instant;
 
 #[path = "common/bench.rs"]
 mod bench;
+#[path = "common/device.rs"]
+mod device;
 use bench::runtime::*;
 use bench::{Mlp, PerDtype, median, rows_for, write_json};
 
@@ -219,6 +221,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
 }
 
 fn main() {
+    device::require_device();
     env_logger::init();
     let args = Args::parse();
     if !args.no_header {

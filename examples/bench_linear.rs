@@ -18,6 +18,8 @@ use std::time::Instant;
 
 #[path = "common/bench.rs"]
 mod bench;
+#[path = "common/device.rs"]
+mod device;
 use bench::runtime::*;
 use bench::{PerDtype, median, rows_for, write_json};
 
@@ -317,6 +319,7 @@ impl PerDtype<Row> for Args {
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     if !args.no_header {
         println!(
             "{:<18} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>7} {:>7}  path",

@@ -26,6 +26,8 @@ use std::time::Instant;
 
 #[path = "common/bench.rs"]
 mod bench;
+#[path = "common/device.rs"]
+mod device;
 use bench::runtime::*;
 use bench::{Mlp, PerDtype, median, rows_for, write_json};
 #[path = "common/memory.rs"]
@@ -341,6 +343,7 @@ impl PerDtype<Row> for Args {
 }
 
 fn main() {
+    device::require_device();
     // RUST_LOG=hypatia=debug shows what each window planned or why it was declined.
     env_logger::init();
     let args = Args::parse();

@@ -24,6 +24,8 @@ use std::time::Instant;
 #[allow(dead_code)] // the per-dtype plumbing is bench_infer's and bench_train's
 #[path = "common/bench.rs"]
 mod bench;
+#[path = "common/device.rs"]
+mod device;
 use bench::runtime::*;
 use bench::{Mlp, median};
 
@@ -158,6 +160,7 @@ fn calibrate<F: burn_cubecl::FloatElement>(args: &Args, mut profile: Profile) ->
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     let base = match &args.base {
         Some(path) => serde_json::from_str(&std::fs::read_to_string(path).expect("read --base"))
             .expect("a profile"),

@@ -25,6 +25,8 @@ use clap::Parser;
 #[path = "common/bench.rs"]
 #[allow(dead_code)] // the runtime alone
 mod bench;
+#[path = "common/device.rs"]
+mod device;
 use bench::runtime::*;
 
 type Burn = PlainOf<f32>;
@@ -178,6 +180,7 @@ fn class(mean: f64, norm: f64) -> &'static str {
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     let device = Default::default();
     let mode = hypatia::config::config().f32;
     println!("Hypatia f32 = {mode:?}");

@@ -7,6 +7,8 @@
 //! cargo run --release --example infer_mlp
 //! ```
 
+#[path = "common/device.rs"]
+mod device;
 #[path = "common/mlp.rs"]
 mod mlp;
 
@@ -28,6 +30,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     let device = burn::tensor::Device::<B>::default();
     let model = match Mlp::<B>::load(&args.model_dir, &device) {
         Ok(model) => model,

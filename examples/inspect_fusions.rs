@@ -8,6 +8,8 @@
 //! dot -Tsvg target/hypatia-dumps/window-<key>.dot -o egraph.svg      # draw one e-graph
 //! ```
 
+#[path = "common/device.rs"]
+mod device;
 #[path = "common/mlp.rs"]
 mod mlp;
 
@@ -63,6 +65,7 @@ fn describe(claim: &Claim) -> String {
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     // Start empty, so every file listed below comes from this run.
     let _ = std::fs::remove_dir_all(&args.dump_dir);
     hypatia::config::update_config(|c| c.dump = Some(args.dump_dir.clone()));

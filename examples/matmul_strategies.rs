@@ -7,6 +7,8 @@
 //! cargo run --release --features cuda --example matmul_strategies -- --dtype bf16 --shape 4096x4096x4096
 //! ```
 
+#[path = "common/device.rs"]
+mod device;
 use burn::prelude::{Backend, Tensor};
 use burn::tensor::{DType, TensorPrimitive, bf16, f16};
 use burn_cubecl::tensor::CubeTensor;
@@ -277,6 +279,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args) {
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     match args.dtype.as_str() {
         "f32" => run::<f32>(&args),
         "f16" => run::<f16>(&args),

@@ -11,6 +11,8 @@
 //!     --data synthetic --hidden 4096 --batch-size 8192 --epochs 3 # GPU-bound throughput
 //! ```
 
+#[path = "common/device.rs"]
+mod device;
 #[path = "common/learner.rs"]
 mod learner;
 
@@ -25,5 +27,6 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     learner::run(&args.run, learner::Strategy::Single, learner::devices(1));
 }

@@ -9,6 +9,8 @@
 //! cargo run --release --features cuda --example train_mlp -- --json
 //! ```
 
+#[path = "common/device.rs"]
+mod device;
 #[path = "common/memory.rs"]
 mod memory;
 #[path = "common/mlp.rs"]
@@ -78,6 +80,7 @@ fn plot_losses(losses: &[f32], path: &Path) -> Result<(), Box<dyn std::error::Er
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     let device = burn::tensor::Device::<B>::default();
     let train = Dataset::generate(args.samples, 7);
     let test = Dataset::generate(args.samples / 4, TEST_SEED);

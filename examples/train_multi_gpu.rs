@@ -11,6 +11,8 @@
 //! Several devices need CUDA: Burn 0.21's wgpu backend cannot move tensors between devices, on
 //! Hypatia or on Burn, so without the `cuda` feature `--devices` above 1 is refused.
 
+#[path = "common/device.rs"]
+mod device;
 #[path = "common/learner.rs"]
 mod learner;
 
@@ -31,6 +33,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    device::require_device();
     let devices = learner::devices(args.devices);
     learner::run(&args.run, args.strategy, devices);
 }
