@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release --features cuda --example bench_infer -- --dtypes f32,bf16 --json out.json
-//! python3 tools/device/torch_infer.py --dtypes f32,bf16      # PyTorch eager, the same protocol
+//! python3 tools/device/py/torch_infer.py --dtypes f32,bf16      # PyTorch eager, the same protocol
 //! ```
 
 use burn::prelude::*;

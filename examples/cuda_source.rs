@@ -1,7 +1,7 @@
 //! Writes the CUDA source of one configuration of Hypatia's hand-written kernels, as the crate
 //! compiles it: the shared header, the configuration's `#define`s and generated code, the
-//! kernel. The device benchmarks (`tools/device/device_wgmma_bench.sh`,
-//! `tools/device/device_chain_bench.sh`) build from this text, so they time what the crate runs.
+//! kernel. The device benchmarks (`tools/device/run.sh wgmma-bench`,
+//! `tools/device/run.sh chain-bench`) build from this text, so they time what the crate runs.
 //!
 //! ```sh
 //! cargo run --release --features cuda --example cuda_source -- wgmma --bn 256 --store-cols 128 --tma-store > k.cu

@@ -558,7 +558,7 @@ fn compare<H: Float>(what: &str, got: &[u32], reference: &[f64]) -> Result<(), S
 /// Each tiling compiles a kernel per case (seconds each with NVRTC), so two variables split the
 /// work: `HYPATIA_TEST_TILINGS=<text>` keeps the tilings whose name contains it (checking one
 /// new tiling), and `HYPATIA_TEST_SHARD=i/n` keeps every n-th from the i-th (0-based), so that n
-/// processes share the tilings (`tools/device/cuda_suite.sh`).
+/// processes share the tilings (`tools/device/run.sh suite`).
 fn check_all<H: Float>() {
     let Some(dev) = &Device::hopper() else {
         return;

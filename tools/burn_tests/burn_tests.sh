@@ -18,7 +18,7 @@
 # ~/.cache/hypatia-cuda for cuda) so the backends build once. `run` runs JOBS binaries at once
 # (default 1), each on TEST_THREADS threads (default 2) for at most TIMEOUT seconds (default
 # 1800). On the GPU machine it takes the binaries from the packs carried (one backend's, or
-# both), restores and saves CubeCL's caches as tools/device/cuda_suite.sh does, and leaves the
+# both), restores and saves CubeCL's caches as tools/device/run.sh suite does, and leaves the
 # table and the logs under $OUT.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -140,8 +140,8 @@ run() {
     mkdir -p "$ROOT/.device/burn_tests"
     for pack in "$ROOT"/.device/burn_tests-*.tgz; do tar xJf "$pack" -C "$ROOT/.device/burn_tests"; done
     cp "$ROOT/tools/device/cubecl.toml" "$BINS/"
-    bash "$ROOT/tools/device/device_cache.sh" restore
-    eval "$(bash "$ROOT/tools/device/device_cache.sh" env)"
+    bash "$ROOT/tools/device/lib/cache.sh" restore
+    eval "$(bash "$ROOT/tools/device/lib/cache.sh" env)"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   fi
   LOGS=$HARNESS/logs
@@ -161,7 +161,7 @@ run() {
     tar cJf "$OUT/burn_tests-logs.tar.xz" -C "$LOGS" .
     report "$LOGS" >"$OUT/burn_tests.md"
   fi
-  [ -z "$on_device" ] || bash "$ROOT/tools/device/device_cache.sh" save >/dev/null
+  [ -z "$on_device" ] || bash "$ROOT/tools/device/lib/cache.sh" save >/dev/null
   report "$LOGS"
 }
 

@@ -3,14 +3,14 @@
 # end inside the device tool's 10-minute limit (book: Troubleshooting, "Running the tests on
 # CUDA").
 #
-#   tools/device/cuda_suite.sh build            here: build every test binary, pack .device/suite.tgz
-#   tools/device/cuda_suite.sh list             the chunks, in order
-#   tools/device/cuda_suite.sh run [CHUNK ...]  on the GPU machine, from the repo root: the chunks
+#   tools/device/run.sh suite build            here: build every test binary, pack .device/suite.tgz
+#   tools/device/run.sh suite list             the chunks, in order
+#   tools/device/run.sh suite run [CHUNK ...]  on the GPU machine, from the repo root: the chunks
 #                                        named, in that order (all, in list order, if none);
 #                                        CHUNK@VAR=VALUE adds a variable; one line per chunk
 #
 # `run` unpacks .device/suite.tgz, restores CubeCL's autotune/PTX caches from
-# .device/cache.tar.xz (tools/device/device_cache.sh), runs each chunk with `--test-threads=1
+# .device/cache.tar.xz (tools/device/lib/cache.sh), runs each chunk with `--test-threads=1
 # --nocapture` (one test's output after another: a chunk stopped by its limit shows how far it
 # got) under `timeout $CHUNK_TIMEOUT` (default 480 s: a 10-minute call also restores and saves the
 # caches), appends its output to $OUT/suite.log (or .device/suite.log) and saves the caches to
@@ -18,7 +18,7 @@
 # PROPTEST_CASES sets the property tests' case count (default: each test's); JOBS=N runs N
 # chunks at once (default 1, in order).
 set -u
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
 
 # name|binary|libtest arguments|environment, the slowest first (with JOBS > 1 they start
@@ -108,8 +108,8 @@ run() {
   LOGS=$(mktemp -d)
   local log=${OUT:-$ROOT/.device}/suite.log jobs=${JOBS:-1} names=() failed=0
   tar xzf .device/suite.tgz -C .device
-  bash tools/device/device_cache.sh restore
-  eval "$(bash tools/device/device_cache.sh env)"
+  bash tools/device/lib/cache.sh restore
+  eval "$(bash tools/device/lib/cache.sh env)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   [ "$#" -gt 0 ] || set -- $(chunks | cut -d'|' -f1)
   for want in "$@"; do
@@ -117,7 +117,7 @@ run() {
     local base=${want%%@*} extra="" line name bin args vars
     [[ "$want" != *@* ]] || extra=${want#*@}
     if ! line=$(chunks | grep -m1 "^$base|"); then
-      echo "$want: FAIL no such chunk (tools/device/cuda_suite.sh list)"
+      echo "$want: FAIL no such chunk (tools/device/run.sh suite list)"
       failed=1
       continue
     fi
@@ -133,7 +133,7 @@ run() {
     echo "=== $name" && cat "$LOGS/$name.log"
   done >>"$log"
   rm -rf "$LOGS"
-  [ -z "${OUT:-}" ] || bash tools/device/device_cache.sh save >/dev/null
+  [ -z "${OUT:-}" ] || bash tools/device/lib/cache.sh save >/dev/null
   return $failed
 }
 

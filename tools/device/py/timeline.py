@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a benchmark's GPU time goes between syncs, from tools/device/kernel_timeline.cu's CSV.
+"""Where a benchmark's GPU time goes between syncs, from tools/device/cuda/kernel_timeline.cu's CSV.
 
 The stretch between two synchronizing driver calls that waited for the GPU (at least --wait-us:
 a benchmark's sync; CubeCL also waits on fences of its own that are long done) is one interval
@@ -15,7 +15,7 @@ With --sequence N, also each GPU event of the Hypatia intervals of N kernels in 
 with its median duration over those intervals (to tell apart launches of one kernel name,
 such as a training step's eight `hypatia_wgmma_linear` matmuls).
 
-    python3 tools/device/timeline.py timeline.csv [--min 3] [--wait-us 50] [--sequence 21]
+    python3 tools/device/py/timeline.py timeline.csv [--min 3] [--wait-us 50] [--sequence 21]
 """
 
 import argparse

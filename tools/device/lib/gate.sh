@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# The CUDA gate: every chunk of the test suite (tools/device/cuda_suite.sh, the user-model tests
+# The CUDA gate: every chunk of the test suite (tools/device/run.sh suite, the user-model tests
 # in f32 and bf16 among them) and Burn's own backend tests (tools/burn_tests) on `Hypatia<Cuda>`
 # and on `Cuda`, in f32, f16 and bf16, as a fixed list of device calls that each end inside the
 # device tool's 10-minute limit; then one table of passes, failures and hangs.
 #
-#   tools/device/cuda_gate.sh build           here: the suite's and Burn's test binaries, packed
+#   tools/device/run.sh gate build           here: the suite's and Burn's test binaries, packed
 #                                             into .device/ (carry .device)
-#   tools/device/cuda_gate.sh calls           the device calls, one line each
-#   tools/device/cuda_gate.sh run N           on the GPU machine, from the repo root: call N;
+#   tools/device/run.sh gate calls           the device calls, one line each
+#   tools/device/run.sh gate N               on the GPU machine, from the repo root: call N;
 #                                             its result lines to $OUT/gate-N.txt
-#   tools/device/cuda_gate.sh table FILE...   here: the markdown table of those files (the
+#   tools/device/run.sh gate table FILE...   here: the markdown table of those files (the
 #                                             results file's "The CUDA gate" section)
 #
 # Each call restores CubeCL's caches from .device/cache.tar.xz and saves them to $OUT (copy
-# that back into .device/ before the next call, as for cuda_suite.sh). A chunk stopped by its
+# that back into .device/ before the next call, as for `run.sh suite`). A chunk stopped by its
 # limit counts as a hang: the gate passes when every line is a pass.
 set -u
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
 
 # call|how many at once|what: suite chunks, or `burn:FILTER` for Burn's tests. The slowest
@@ -37,13 +37,13 @@ EOF
 
 build() {
   set -e
-  bash tools/device/cuda_suite.sh build
+  bash tools/device/run.sh suite build
   bash tools/burn_tests/burn_tests.sh build cuda
 }
 
 run() {
   local n=$1 line jobs what
-  line=$(calls | grep -m1 "^$n|") || { echo "no call $n (tools/device/cuda_gate.sh calls)"; exit 2; }
+  line=$(calls | grep -m1 "^$n|") || { echo "no call $n (tools/device/run.sh gate calls)"; exit 2; }
   IFS='|' read -r _ jobs what <<<"$line"
   local lines=${OUT:-$ROOT/.device}/gate-$n.txt
   if [[ "$what" == burn:* ]]; then
@@ -62,7 +62,7 @@ for line in open(sys.argv[1]):
 PY
   else
     # shellcheck disable=SC2086 # one word per chunk
-    JOBS=$jobs CHUNK_TIMEOUT=${CHUNK_TIMEOUT:-480} bash tools/device/cuda_suite.sh run $what |
+    JOBS=$jobs CHUNK_TIMEOUT=${CHUNK_TIMEOUT:-480} bash tools/device/run.sh suite run $what |
       grep -E '^[^ ]+: (PASS|FAIL)' | tee "$lines"
   fi
 }

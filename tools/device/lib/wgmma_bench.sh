@@ -1,7 +1,7 @@
 #!/bin/bash
-# Hypatia's Hopper kernel alone (tools/device/wgmma_bench.cu) beside cuBLASLt, per training-step
+# Hypatia's Hopper kernel alone (tools/device/cuda/wgmma_bench.cu) beside cuBLASLt, per training-step
 # shape, built with nvcc from the source the crate compiles (`cuda_source`, packed in
-# .device/bins.tgz by tools/device/pack_device.sh). No Burn or CubeCL on the device: ~1 minute
+# .device/bins.tgz by tools/device/run.sh pack). No Burn or CubeCL on the device: ~1 minute
 # for all builds. Run from the repo root on the device machine.
 #   VARIANTS: "name:kernel_file:cuda_source flags, comma-separated" ... (kernel_file `-` for
 #             the crate's wgmma_linear.cu, else a file in EXTRA_KERNELS, e.g. an edited copy)
@@ -22,7 +22,7 @@ CASES=${CASES:-$DEFAULT_CASES}
 GEN=$(pwd)/.device/cuda_source
 W=/tmp/wgmma_bench
 mkdir -p $W
-cp tools/device/wgmma_bench.cu tools/device/bench_timing.cuh ${EXTRA_KERNELS:-} $W/
+cp tools/device/cuda/wgmma_bench.cu tools/device/cuda/bench_timing.cuh ${EXTRA_KERNELS:-} $W/
 cd $W
 combos=$(for c in $CASES; do IFS=: read -r M K N MODE ACT A B <<<"$c"; echo "$ACT:$A:$B"; done | sort -u)
 for v in $VARIANTS; do

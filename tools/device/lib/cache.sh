@@ -6,7 +6,7 @@
 # beside the binaries.
 # `restore` (before a run): .device/cache.tar.xz and .device/nv-cache.tar.xz -> target/.
 # `env`: the exports that point the driver's cache at target/nv; a script runs
-# `eval "$(bash tools/device/device_cache.sh env)"` before its first CUDA process.
+# `eval "$(bash tools/device/lib/cache.sh env)"` before its first CUDA process.
 # `save` (after): target/{autotune,cuda} -> $OUT/cache.tar.xz, target/nv -> $OUT/nv-cache.tar.xz
 # (xz on every core: it runs in a call's last seconds); copy them into .device/ here and carry
 # both.
@@ -16,13 +16,13 @@
 # (.device/*.tgz) that made it, and `restore` keeps the PTX only for the same binaries; the
 # autotune results (which candidate is fastest) are kept either way.
 set -u
-ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/../.." && pwd))
+ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/../../.." && pwd))
 build_id() { cat "$ROOT"/.device/*.tgz 2>/dev/null | md5sum | cut -d' ' -f1; }
 case "$1" in
   env)
     # Without its cache a fresh machine's driver compiles each kernel's PTX again before the
     # kernel's first launch: 2.6 s of a one-epoch Learner run at hidden 8192 (benches/results/
-    # nvidia-h200.md, "Hidden 8192,8192 on one H200"), more where a call runs many shapes. It
+    # nvidia-h200.md, "burn-train's Learner"), more where a call runs many shapes. It
     # holds 256 MiB by default, and held 249 MiB after a few runs of one call: past its limit it
     # drops entries and compiles them again.
     echo "export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$ROOT/target/nv} CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}" ;;

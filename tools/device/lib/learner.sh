@@ -2,8 +2,8 @@
 # burn-train's Learner on the device machine: one-GPU throughput of Hypatia and Burn, and
 # burn-train's multi-device strategies. Run from the repo root there, with .device/learner.tgz
 # (BINS=train_multi_gpu FEATURES=cuda,distributed PACK=learner.tgz
-# tools/device/pack_device.sh, here) and, if carried, .device/cache.tar.xz
-# (tools/device/device_cache.sh).
+# tools/device/run.sh pack, here) and, if carried, .device/cache.tar.xz
+# (tools/device/lib/cache.sh).
 #
 # RUNS, in order, each `BACKEND:STRATEGY:DEVICES:BATCH[:SETTINGS]` (batch per device; SETTINGS:
 # comma-separated `VAR=VALUE` for that run only), e.g. `hypatia:single:1:8192 burn:ddp:2:8192
@@ -16,7 +16,7 @@
 # last (the first EPOCHS epochs: under `ddp` burn-train 0.21 logs an extra, empty one).
 # NO_SETUP=1 skips unpacking and the cache restore, NO_SAVE=1 the cache save: for runs side by side
 # on other GPUs (CUDA_VISIBLE_DEVICES) after one setup. THREADS=1 writes each run's busiest threads
-# and each GPU's utilization every 5 s (tools/device/threads.py) to $OUT/RUN.threads: which thread
+# and each GPU's utilization every 5 s (tools/device/py/threads.py) to $OUT/RUN.threads: which thread
 # or GPU bounds a step. BUDGET (s): runs not started by then are skipped, so a call ends inside its
 # limit. PACK_LOGS=1 moves the logs into $OUT/logs.tgz (the device tool returns only a few files).
 set -u
@@ -24,13 +24,13 @@ START=$(date +%s)
 ROOT=$(pwd)
 if [ -z "${NO_SETUP:-}" ]; then
   tar xzf .device/learner.tgz -C .device
-  bash tools/device/device_cache.sh restore
+  bash tools/device/lib/cache.sh restore
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 fi
 # cudarc loads NCCL at run time: PyTorch's wheel carries it. NVLink multicast stays off.
 NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null)
 export LD_LIBRARY_PATH="${NCCL_LIB:+$NCCL_LIB:}${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0
-eval "$(bash tools/device/device_cache.sh env)"
+eval "$(bash tools/device/lib/cache.sh env)"
 cd .device
 samples=$(( ${STEPS:-64} * 8192 ))
 # Each output line gets the seconds since the run started: when its first step came, and why.
@@ -58,7 +58,7 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
     > >(python3 -u -c "$stamp" >"$OUT/$tag.txt") 2>&1 &
   pid=$!
   if [ -n "${THREADS:-}" ]; then
-    sleep 1 && python3 "$ROOT/tools/device/threads.py" "$(pgrep -n -P $pid)" 5 >"$OUT/$tag.threads" &
+    sleep 1 && python3 "$ROOT/tools/device/py/threads.py" "$(pgrep -n -P $pid)" 5 >"$OUT/$tag.threads" &
   fi
   wait $pid || echo "$run: stopped (rc $?), see $tag.txt"
   wait # the time stamps' and threads' writers
@@ -73,7 +73,7 @@ for run in ${RUNS:-hypatia:single:1:8192 burn:single:1:8192}; do
 done
 echo "== ${DTYPE:-bf16}, hidden ${HIDDEN:-4096}, $samples samples/epoch; last epoch's samples/s, train loss per epoch"
 printf '%s' "$table"
-[ -n "${NO_SAVE:-}" ] || (cd "$ROOT" && bash tools/device/device_cache.sh save >/dev/null)
+[ -n "${NO_SAVE:-}" ] || (cd "$ROOT" && bash tools/device/lib/cache.sh save >/dev/null)
 if [ -n "${PACK_LOGS:-}" ]; then
   (cd "$OUT" && find . -maxdepth 1 \( -name '*.txt' -o -name '*.threads' \) ! -name device.txt -print0 |
     tar czf logs.tgz --remove-files --null -T -)

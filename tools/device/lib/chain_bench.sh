@@ -1,15 +1,15 @@
 #!/bin/bash
-# The grid chain kernel alone (tools/device/chain_bench.cu): GPU µs per launch of 784→512→512→10
+# The grid chain kernel alone (tools/device/cuda/chain_bench.cu): GPU µs per launch of 784→512→512→10
 # bf16 at batch 1, 8 and 32, for each kernel in KERNELS and rows per work item in ROWS_LIST,
 # built with nvcc from the source the crate compiles (`cuda_source`, packed in .device/bins.tgz
-# by tools/device/pack_device.sh). Run from the repo root on the device machine.
+# by tools/device/run.sh pack). Run from the repo root on the device machine.
 # KERNELS: `-` (the crate's grid_chain.cu) and/or files in EXTRA_KERNELS (another version, to
 # compare). MMA_LIST: 0 (FMA items) and/or 1 (tensor-core items; their ROWS_LIST entries should
 # be 16 or 32). Prints one line per (kernel, mma, rows, m).
 set -u
 [ -x .device/cuda_source ] || tar xzf .device/bins.tgz -C .device cuda_source
 GEN=$(pwd)/.device/cuda_source
-cp tools/device/chain_bench.cu tools/device/bench_timing.cuh ${EXTRA_KERNELS:-} /tmp/
+cp tools/device/cuda/chain_bench.cu tools/device/cuda/bench_timing.cuh ${EXTRA_KERNELS:-} /tmp/
 cd /tmp
 name() { [ "$1" = - ] && echo grid_chain || basename "${1%.cu}"; }
 for K in ${KERNELS:--}; do
