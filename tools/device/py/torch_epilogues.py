@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+# The same operands as torch_ref.py's linear (packed beside it).
+from torch_ref import linear_operands
 
 
 def main():
@@ -24,24 +25,18 @@ def main():
     parser.add_argument("--dtypes", default="bf16")
     parser.add_argument("--shapes", default="2048x2048x2048,8192x4096x4096")
     args = parser.parse_args()
-    for name in args.dtypes.split(","):
-        dt = DTYPES[name]
-        for shape in args.shapes.split(","):
-            m, k, n = (int(v) for v in shape.split("x"))
-            x = torch.randn(m, k, device="cuda", dtype=dt)
-            w = torch.randn(n, k, device="cuda", dtype=dt) / k**0.5
-            b = torch.randn(n, device="cuda", dtype=dt)
-            bench = lambda fn: do_bench(fn, warmup=25, rep=200, return_mode="median")
-            t = {
-                "gelu_bias": bench(lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True)),
-                "eager": bench(lambda: F.gelu(F.linear(x, w, b))),
-                "eager_tanh": bench(lambda: F.gelu(F.linear(x, w, b), approximate="tanh")),
-            }
-            tflops = {key: 2 * m * k * n / (ms * 1e-3) / 1e12 for key, ms in t.items()}
-            print(f"torch {name:>4} {m:>6}x{k:>6}x{n:>6}  "
-                  + "  ".join(f"{key}={ms:.4f}ms ({tflops[key]:.0f} TF/s)" for key, ms in t.items()))
-            print("json " + json.dumps({"bench": "linear_gelu", "impl": "torch", "dtype": name,
-                                        "m": m, "k": k, "n": n, "ms": t}))
+    for name, m, k, n, x, w, b in linear_operands(args):
+        bench = lambda fn: do_bench(fn, warmup=25, rep=200, return_mode="median")
+        t = {
+            "gelu_bias": bench(lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True)),
+            "eager": bench(lambda: F.gelu(F.linear(x, w, b))),
+            "eager_tanh": bench(lambda: F.gelu(F.linear(x, w, b), approximate="tanh")),
+        }
+        tflops = {key: 2 * m * k * n / (ms * 1e-3) / 1e12 for key, ms in t.items()}
+        print(f"torch {name:>4} {m:>6}x{k:>6}x{n:>6}  "
+              + "  ".join(f"{key}={ms:.4f}ms ({tflops[key]:.0f} TF/s)" for key, ms in t.items()))
+        print("json " + json.dumps({"bench": "linear_gelu", "impl": "torch", "dtype": name,
+                                    "m": m, "k": k, "n": n, "ms": t}))
 
 
 if __name__ == "__main__":
