@@ -117,7 +117,7 @@ pub enum RacePolicy {
 /// idles until about a step's worth of tasks has been recorded and run through both threads:
 /// on an H100, 0.6-0.93 ms before the first kernel of each training batch of the
 /// 8192:1024:4096:1024 MLP, whose step's kernels take 1.65 ms (`tools/device/py/timeline.py` over
-/// `tools/device/kernel_timeline.cu`'s trace; decision record 0006).
+/// `tools/device/cuda/kernel_timeline.cu`'s trace; decision record 0006).
 ///
 /// Flushing is not free: it fills the buffer with no-op tasks, so burn-fusion's thread waits
 /// for CubeCL's thread to finish its batch before it can queue the next launch. Where the host
