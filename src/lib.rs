@@ -166,4 +166,6 @@ mod book {
     struct Decision0015;
     #[doc = include_str!("../docs/decisions/0016-small-problems-tiled.md")]
     struct Decision0016;
+    #[doc = include_str!("../docs/decisions/0017-one-test-build.md")]
+    struct Decision0017;
 }

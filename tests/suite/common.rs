@@ -253,3 +253,78 @@ impl<B: Backend + burn::tensor::backend::distributed::DistributedBackend> Differ
 pub trait Differentiable: Backend {}
 #[cfg(not(feature = "distributed"))]
 impl<B: Backend> Differentiable for B {}
+
+/// Names the test that a child process of this binary was started to run ([`in_child`]).
+const CHILD: &str = "HYPATIA_TEST_CHILD";
+
+/// Whether this process is the child [`in_child`] started for the test `name`.
+pub fn is_child(name: &str) -> bool {
+    std::env::var(CHILD).is_ok_and(|child| child == name)
+}
+
+/// Runs the test `name` (libtest's path, e.g. `suite::startup::child`) alone in a fresh process
+/// of this test binary, with `envs` set, and waits at most `limit`. A process of its own is for
+/// what cannot share one with the f32 suite: a device's float dtype (Burn fixes it at the first
+/// tensor), plans burn-fusion stored before a setting changed, a device's start-up. `Err` says
+/// how the child ended when it did not pass in time; its output is printed either way.
+pub fn in_child(
+    name: &str,
+    envs: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> Result<(), String> {
+    use std::io::Read;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["--exact", name, "--include-ignored", "--nocapture"])
+        .args(["--test-threads=1"])
+        .env(CHILD, name)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().map_err(|e| e.to_string())?;
+    // Read both pipes while the child runs, so that a chatty child never blocks on a full one.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let text = stdout.join().unwrap_or_default() + &stderr.join().unwrap_or_default();
+    println!("{text}");
+    match status {
+        // "1 passed": the filter found the test (a renamed one would pass with 0 run).
+        Some(status) if status.success() && text.contains("1 passed") => Ok(()),
+        Some(status) => Err(format!("{name}: the child failed ({status})")),
+        None => Err(format!("{name}: no result after {limit:?}: it hung")),
+    }
+}

@@ -77,18 +77,30 @@ fn keeps_nan_and_inf_like_burn() {
     check::<Plain, Fused, 2>(&cases);
 }
 
+/// Linear+ReLU under the forced execution `policy` against Burn, at rank 2 and rank 3; `ran`
+/// counts the pattern's runs that went that way (each case must have). Split and the engine run
+/// (or race) the inner backend's matmul, so their precision is Burn's.
+fn forced_execution_matches_burn(
+    policy: hypatia::config::ExecutionPolicy,
+    ran: fn(&hypatia::FusionStats) -> u64,
+    rank_two: &[Case],
+    rank_three: &[Case],
+) {
+    let _policy = ConfigGuard::set(|c| c.execution = policy);
+    let tol = burn_tolerance(DType::F32);
+    check_with::<Plain, Fused, 2>(rank_two, ran, tol);
+    check_with::<Plain, Fused, 3>(rank_three, ran, tol);
+}
+
 #[test]
 fn split_execution_matches_burn() {
     let _serial = serial();
-    let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::Split);
     let split = |s: &hypatia::FusionStats| {
         s.patterns
             .get(FusedPattern::LinearRelu)
             .map_or(0, |p| p.split)
     };
-    // Split runs the inner backend's matmul: its precision is Burn's.
-    let tol = burn_tolerance(DType::F32);
-    let cases = [
+    let rank_two = [
         case(17, 33, 65),
         Case {
             transpose_w: true,
@@ -96,8 +108,7 @@ fn split_execution_matches_burn() {
             ..case(9, 8, 7)
         },
     ];
-    check_with::<Plain, Fused, 2>(&cases, split, tol);
-    let cases = [
+    let rank_three = [
         Case {
             lead: &[3],
             ..case(17, 33, 65)
@@ -107,22 +118,21 @@ fn split_execution_matches_burn() {
             ..case(1, 5, 7)
         },
     ];
-    check_with::<Plain, Fused, 3>(&cases, split, tol);
+    let policy = hypatia::config::ExecutionPolicy::Split;
+    forced_execution_matches_burn(policy, split, &rank_two, &rank_three);
 }
 
+/// Without matrix units (lavapipe) the engine's autotune keeps Burn's matmul; on CUDA it picks a
+/// cubek tiling on tensor cores (TF32 for f32, like Burn).
 #[test]
 fn tensor_core_execution_matches_burn() {
     let _serial = serial();
-    let _policy = ConfigGuard::set(|c| c.execution = hypatia::config::ExecutionPolicy::TensorCore);
     let engine = |s: &hypatia::FusionStats| {
         s.patterns
             .get(FusedPattern::LinearRelu)
             .map_or(0, |p| p.tensor_core)
     };
-    // Without matrix units (lavapipe) the engine's autotune keeps Burn's matmul; on CUDA it
-    // picks a cubek tiling on tensor cores (TF32 for f32, like Burn).
-    let tol = burn_tolerance(DType::F32);
-    let cases = [
+    let rank_two = [
         case(17, 33, 65),
         case(128, 64, 256),
         Case {
@@ -131,8 +141,7 @@ fn tensor_core_execution_matches_burn() {
             ..case(9, 8, 7)
         },
     ];
-    check_with::<Plain, Fused, 2>(&cases, engine, tol);
-    let cases = [
+    let rank_three = [
         Case {
             lead: &[3],
             ..case(17, 33, 65)
@@ -143,7 +152,8 @@ fn tensor_core_execution_matches_burn() {
             ..case(65, 130, 67)
         },
     ];
-    check_with::<Plain, Fused, 3>(&cases, engine, tol);
+    let policy = hypatia::config::ExecutionPolicy::TensorCore;
+    forced_execution_matches_burn(policy, engine, &rank_two, &rank_three);
 }
 
 /// `mask_fill(a · b, gate <= 0, 0)` (relu's backward) with `gate` a window of rows of a wider

@@ -1,4 +1,4 @@
-//! The property tests in f32 (f16 runs in `tests/half_f16.rs`, a process of its own).
+//! The property tests in f32 (f16 and bf16 run in `tests/suite/half.rs`, each test in a process of its own).
 
 use super::chain_properties::check_chains;
 use super::common::{Fused, Plain, serial};

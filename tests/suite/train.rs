@@ -425,20 +425,13 @@ fn a_llama_style_layer_trains_as_on_burn() {
 #[test]
 fn nothing_claimed_trains_bit_for_bit_as_on_burn() {
     let _serial = serial();
-    let status = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "--exact",
-            "suite::train::nothing_claimed_child",
-            "--ignored",
-        ])
-        .args(["--nocapture", "--test-threads=1"])
-        .env(
-            "HYPATIA_DISABLE",
-            "matmul,linear,matmul-relu-grad,linear-relu,linear-activations,mlp-chain,bias-grad",
-        )
-        .status()
-        .expect("the child runs");
-    assert!(status.success(), "the child failed: {status}");
+    let all_off =
+        "matmul,linear,matmul-relu-grad,linear-relu,linear-activations,mlp-chain,bias-grad";
+    let child = "suite::train::nothing_claimed_child";
+    let limit = std::time::Duration::from_secs(1800);
+    if let Err(e) = in_child(child, &[("HYPATIA_DISABLE", all_off)], limit) {
+        panic!("{e}");
+    }
 }
 
 #[test]

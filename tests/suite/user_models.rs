@@ -4,8 +4,8 @@
 //! layer norms, a GELU feed-forward, dropout): Hypatia claims their Linears and leaves the rest
 //! to Burn, and the dropout masks, drawn from Burn's seeded generator, match on both backends.
 //!
-//! Generic over the float element: the f32 tests are in `train.rs`, the bf16 ones in
-//! `tests/half_bf16.rs` (a process keeps one float dtype a device). Not f16: Burn has no loss
+//! Generic over the float element: the f32 tests are in `train.rs`, the bf16 ones in `half.rs`
+//! (each in a process of its own: a process keeps one float dtype a device). Not f16: Burn has no loss
 //! scaling, and on Burn alone (lavapipe) the guide model's f16 loss went from 2.3 to 193 in one
 //! Adam step; users train in bf16.
 

@@ -255,7 +255,7 @@ pub(crate) fn launch_tiling<R: CubeRuntime>(
             .any(|t| broadcast_batch(t, out.meta.shape()))
     {
         // On the H100 every TMA tiling hung (f16, x [3, 17, 33] · w [65, 33]ᵀ, w's batch of 1
-        // broadcast); the cyclic one ran (tests/half_f16.rs, `matches_burn_in_f16`).
+        // broadcast); the cyclic one ran (`suite::half::f16::matches_burn`).
         return Err("TMA tilings do not take a broadcast batch".into());
     }
     let elem: StorageType = lhs.dtype.into();

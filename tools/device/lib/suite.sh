@@ -28,7 +28,7 @@ cd "$ROOT"
 # case is a new shape that a cold process compiles and autotunes for one to three minutes: those
 # suites run as processes of a few cases each, each from its own seed.
 LIB_CHUNKS="suite::train suite::mlp suite::sync suite::race suite::replay suite::activations
-suite::kernel suite::long_run suite::property_tests"
+suite::kernel suite::long_run suite::property_tests suite::half suite::startup suite::learner"
 chunks() {
   local skips=""
   for m in $LIB_CHUNKS; do skips="$skips --skip $m"; done
@@ -42,22 +42,22 @@ hopper-tf32-1|hopper|--exact wgmma_linear_matches_f64_reference_tf32|HYPATIA_TES
 hopper-tiny-bf16|hopper|--exact engine_candidates_on_tiny_problems_bf16
 hopper-tiny-f16|hopper|--exact engine_candidates_on_tiny_problems_f16
 hopper-tiny-f32|hopper|--exact engine_candidates_on_tiny_problems_f32
-half_f16-prop-forward|half_f16|--exact forward_properties_hold_in_f16
-half_bf16-prop-forward|half_bf16|--exact forward_properties_hold_in_bf16
-half_f16-prop-backward-0|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
-half_f16-prop-backward-1|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
-half_f16-prop-backward-2|half_f16|--exact backward_properties_hold_in_f16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
-half_bf16-prop-backward-0|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
-half_bf16-prop-backward-1|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
-half_bf16-prop-backward-2|half_bf16|--exact backward_properties_hold_in_bf16|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
+half_f16-prop-forward|lib|--exact suite::half::f16::forward_properties_hold
+half_bf16-prop-forward|lib|--exact suite::half::bf16::forward_properties_hold
+half_f16-prop-backward-0|lib|--exact suite::half::f16::backward_properties_hold|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
+half_f16-prop-backward-1|lib|--exact suite::half::f16::backward_properties_hold|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
+half_f16-prop-backward-2|lib|--exact suite::half::f16::backward_properties_hold|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
+half_bf16-prop-backward-0|lib|--exact suite::half::bf16::backward_properties_hold|PROPTEST_CASES=2 PROPTEST_RNG_SEED=1
+half_bf16-prop-backward-1|lib|--exact suite::half::bf16::backward_properties_hold|PROPTEST_CASES=2 PROPTEST_RNG_SEED=2
+half_bf16-prop-backward-2|lib|--exact suite::half::bf16::backward_properties_hold|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
 lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=1
 lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
-half_f16-prop-chains|half_f16|--exact chain_properties_hold_in_f16
-half_bf16-prop-chains|half_bf16|--exact chain_properties_hold_in_bf16
+half_f16-prop-chains|lib|--exact suite::half::f16::chain_properties_hold
+half_bf16-prop-chains|lib|--exact suite::half::bf16::chain_properties_hold
 hopper|hopper|--skip wgmma_linear_matches_f64_reference --skip engine_candidates_on_tiny_problems
-half_f16|half_f16|--skip properties_hold
-half_bf16|half_bf16|--skip properties_hold --skip user_models
-half_bf16-models|half_bf16|user_models_train_as_on_burn_in_bf16
+half_f16|lib|suite::half::f16::matches_burn suite::half::f16::mlp_chains_match_burn
+half_bf16|lib|suite::half::bf16::matches_burn suite::half::bf16::mlp_chains_match_burn
+half_bf16-models|lib|suite::half::bf16::guide_trains suite::half::bf16::encoder_trains suite::half::bf16::llama_trains
 lib-train|lib|suite::train
 lib-long-run|lib|suite::long_run
 lib-prop-forward|lib|suite::property_tests::forward
@@ -65,8 +65,8 @@ lib-rest|lib|$skips
 lib-mlp|lib|suite::mlp suite::sync suite::race suite::replay
 lib-kernels|lib|suite::activations suite::kernel
 lib-prop-chains|lib|suite::property_tests::mlp_chains
-startup|startup|
-learner|learner|
+startup|lib|suite::startup::
+learner|lib|suite::learner::
 unit|hypatia|
 EOF
 }
@@ -77,7 +77,7 @@ build() {
   mkdir -p .device/suite
   # Compiler messages go to the terminal; the artifacts' paths, from cargo's JSON, to Python.
   set -o pipefail
-  cargo test --release --features cuda --lib --tests --no-run --message-format=json-render-diagnostics |
+  cargo test --release --features cuda,distributed --lib --tests --no-run --message-format=json-render-diagnostics |
     python3 tools/test_binaries.py .device/suite
   cp tools/device/cubecl.toml .device/suite/
   strip .device/suite/* 2>/dev/null || true

@@ -1,14 +1,11 @@
 //! burn-train's Learner on `Autodiff<Hypatia<Wgpu>>` against `Autodiff<Wgpu>`: the
 //! `train_learner` example's code, on the handwritten digits (lavapipe in CI).
 
-#[allow(dead_code)] // the shared helpers serve several binaries
-#[path = "suite/common.rs"]
-mod common;
-#[path = "../examples/common/learner.rs"]
-mod learner;
+#[path = "../../examples/common/learner.rs"]
+mod example;
 
-use common::serial;
-use learner::{Precision, RunArgs, Strategy, Which};
+use super::common::serial;
+use example::{Precision, RunArgs, Strategy, Which};
 
 fn args(backend: Which, dir: &str) -> RunArgs {
     RunArgs {
@@ -42,13 +39,13 @@ fn args(backend: Which, dir: &str) -> RunArgs {
 #[test]
 fn learner_trains_on_hypatia_as_on_burn() {
     let _serial = serial();
-    let device = learner::devices(1);
-    let hypatia = learner::run(
+    let device = example::devices(1);
+    let hypatia = example::run(
         &args(Which::Hypatia, "hypatia-learner-h"),
         Strategy::Single,
         device.clone(),
     );
-    let burn = learner::run(
+    let burn = example::run(
         &args(Which::Burn, "hypatia-learner-b"),
         Strategy::Single,
         device.clone(),
@@ -109,10 +106,10 @@ fn autodiff_hypatia_is_a_distributed_autodiff_backend() {
             + burn::tensor::backend::distributed::DistributedBackend,
     >() {
     }
-    ddp_ready::<burn::backend::Autodiff<hypatia::Hypatia<learner::Inner<f32>>>>();
-    let devices = learner::devices(1);
+    ddp_ready::<burn::backend::Autodiff<hypatia::Hypatia<example::Inner<f32>>>>();
+    let devices = example::devices(1);
     let _ = burn::train::ExecutionStrategy::<
-        burn::backend::Autodiff<hypatia::Hypatia<learner::Inner<f32>>>,
+        burn::backend::Autodiff<hypatia::Hypatia<example::Inner<f32>>>,
     >::ddp(
         devices,
         burn::tensor::backend::distributed::DistributedConfig {

@@ -1,19 +1,13 @@
 //! Start-up of `Hypatia<B>` beside Burn's `B` on one device, in each order, each in a fresh
-//! process: CubeCL 0.10 starts a device service while holding a lock that a queued stream's
-//! fusers take, and the second backend's first op used to deadlock there
+//! process ([`in_child`]): CubeCL 0.10 starts a device service while holding a lock that a
+//! queued stream's fusers take, and the second backend's first op used to deadlock there
 //! (`host::submit::start` says how Hypatia avoids it). A hang fails the test after
 //! [`LIMIT`] instead of blocking the suite.
 
+use super::common::{Fused, Plain, in_child};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-#[cfg(not(feature = "cuda"))]
-type Plain = burn::backend::Wgpu<f32, i32>;
-#[cfg(feature = "cuda")]
-type Plain = burn::backend::Cuda<f32, i32>;
-type Fused = hypatia::Hypatia<Plain>;
+use std::time::Duration;
 
 /// How long one child may take: device start, a few kernels compiled, two reads. A
 /// deadlocked child never ends; a healthy one takes seconds (minutes on a loaded CPU).
@@ -55,47 +49,11 @@ fn child() {
     assert_eq!(fused, plain);
 }
 
-/// Runs [`child`] in a process of its own; `Err` says how it ended if not in time and well.
-fn run_child(order: &str) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ORDER, order)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            let output = child.wait_with_output().map_err(|e| e.to_string())?;
-            let text = String::from_utf8_lossy(&output.stdout).to_string()
-                + &String::from_utf8_lossy(&output.stderr);
-            return match status.success() && text.contains("1 passed") {
-                true => Ok(()),
-                false => Err(format!("{order}: the child failed ({status}):\n{text}")),
-            };
-        }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{order}: no result after {LIMIT:?}: start-up hung"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn both_orders_start_without_a_hang() {
     let failures: Vec<String> = ["plain-first", "hypatia-first"]
         .into_iter()
-        .filter_map(|order| run_child(order).err())
+        .filter_map(|order| in_child("suite::startup::child", &[(ORDER, order)], LIMIT).err())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
