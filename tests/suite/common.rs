@@ -257,16 +257,19 @@ impl<B: Backend> Differentiable for B {}
 /// Names the test that a child process of this binary was started to run ([`in_child`]).
 const CHILD: &str = "HYPATIA_TEST_CHILD";
 
-/// Whether this process is the child [`in_child`] started for the test `name`.
+/// Whether this process is the child [`in_child`] started for the test `name` (or for the
+/// group of tests whose names `name` starts with).
 pub fn is_child(name: &str) -> bool {
-    std::env::var(CHILD).is_ok_and(|child| child == name)
+    std::env::var(CHILD).is_ok_and(|child| name.starts_with(&child))
 }
 
 /// Runs the test `name` (libtest's path, e.g. `suite::startup::child`) alone in a fresh process
-/// of this test binary, with `envs` set, and waits at most `limit`. A process of its own is for
-/// what cannot share one with the f32 suite: a device's float dtype (Burn fixes it at the first
-/// tensor), plans burn-fusion stored before a setting changed, a device's start-up. `Err` says
-/// how the child ended when it did not pass in time; its output is printed either way.
+/// of this test binary, with `envs` set, and waits at most `limit`; a `name` ending in `::` runs
+/// every test of that module there, ignored ones too, one after another. A process of its own
+/// is for what cannot share one with the f32 suite: a device's float dtype (Burn fixes it at
+/// the first tensor), plans burn-fusion stored before a setting changed, a device's start-up.
+/// `Err` says how the child ended when it did not pass in time; its output is printed either
+/// way.
 pub fn in_child(
     name: &str,
     envs: &[(&str, &str)],
@@ -275,9 +278,12 @@ pub fn in_child(
     use std::io::Read;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut command = std::process::Command::new(exe);
+    let group = name.ends_with("::");
+    if !group {
+        command.arg("--exact");
+    }
     command
-        .args(["--exact", name, "--include-ignored", "--nocapture"])
-        .args(["--test-threads=1"])
+        .args([name, "--include-ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD, name)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -321,9 +327,13 @@ pub fn in_child(
     };
     let text = stdout.join().unwrap_or_default() + &stderr.join().unwrap_or_default();
     println!("{text}");
+    // The filter found the test, or tests (a renamed one would pass with none run).
+    let ran = match group {
+        true => !text.contains(" 0 passed"),
+        false => text.contains(" 1 passed"),
+    };
     match status {
-        // "1 passed": the filter found the test (a renamed one would pass with 0 run).
-        Some(status) if status.success() && text.contains("1 passed") => Ok(()),
+        Some(status) if status.success() && ran => Ok(()),
         Some(status) => Err(format!("{name}: the child failed ({status})")),
         None => Err(format!("{name}: no result after {limit:?}: it hung")),
     }

@@ -1,18 +1,37 @@
 //! f16 and bf16 on Hypatia as on Burn: Linear+ReLU, MLP chains, the property suites, and (bf16)
 //! the user models. Burn 0.21 fixes a device's float dtype at the first tensor created on it, so
-//! each test runs alone in a child process of this binary ([`in_child`]) while the f32 suite
-//! goes on in this one.
+//! they run in a child process of this binary ([`in_child`]) while the f32 suite goes on in this
+//! one: [`f16_in_a_process_of_its_own`] runs every f16 test in one (which compiles their shared
+//! kernels once), likewise bf16. Each test alone (`--exact suite::half::f16::matches_burn
+//! --include-ignored`, as the CUDA suite's chunks run them) starts a process of its own.
 
 use super::check::{self, Properties};
 use super::common::{in_child, is_child, serial};
 use super::user_models;
 use std::time::Duration;
 
-/// How long one child may take: the slowest, f16's backward properties, takes minutes on
-/// lavapipe; one that never ends fails here instead of blocking the suite.
+/// How long one child may take: f16's tests take minutes on lavapipe; one that never ends fails
+/// here instead of blocking the suite.
 const LIMIT: Duration = Duration::from_secs(2400);
 
-/// Runs `body` as the test `name` in a child process of its own (this process starts it).
+/// Every f16 test, one after another, in one child process.
+#[test]
+fn f16_in_a_process_of_its_own() {
+    if let Err(e) = in_child("suite::half::f16::", &[], LIMIT) {
+        panic!("{e}");
+    }
+}
+
+/// Every bf16 test, one after another, in one child process.
+#[test]
+fn bf16_in_a_process_of_its_own() {
+    if let Err(e) = in_child("suite::half::bf16::", &[], LIMIT) {
+        panic!("{e}");
+    }
+}
+
+/// Runs `body` as the test `name` in a child process: the one its group's test started, or
+/// one of its own.
 fn isolated(name: &str, body: impl FnOnce()) {
     // libtest names a test by its path without the crate: `suite::half::f16::…`.
     let name = name.split_once("::").map_or(name, |(_, rest)| rest);
@@ -45,6 +64,7 @@ macro_rules! half_tests {
     (@each $($name:ident => $body:expr),* $(,)?) => {
         $(
             #[test]
+            #[ignore = "run by its dtype's `…_in_a_process_of_its_own`, or alone with --include-ignored"]
             fn $name() {
                 isolated(concat!(module_path!(), "::", stringify!($name)), || $body);
             }
