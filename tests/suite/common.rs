@@ -292,27 +292,15 @@ pub fn in_child(
     }
     let mut child = command.spawn().map_err(|e| e.to_string())?;
     // Read both pipes while the child runs, so that a chatty child never blocks on a full one.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+    fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
         std::thread::spawn(move || {
             let mut text = String::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_string(&mut text);
-            }
+            let _ = pipe.read_to_string(&mut text);
             text
         })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+    }
+    let stdout = drain(child.stdout.take().expect("stdout is piped"));
+    let stderr = drain(child.stderr.take().expect("stderr is piped"));
     let start = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
