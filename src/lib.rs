@@ -17,7 +17,7 @@
 //! # }
 //! ```
 //!
-//! Hypatia sits in Burn's lazy op stream (burn-fusion) and runs six stages:
+//! Hypatia sits in Burn's lazy op stream (burn-fusion) and runs five stages:
 //!
 //! 1. **[`capture`]**: the fuser is fed Burn's `OperationIr`s; they become a [`Window`](capture::Window).
 //! 2. **[`rewrite`]**: the window is lowered into an egg e-graph and rewritten until
@@ -27,12 +27,14 @@
 //! 3. **[`plan`]**: the cheapest extraction becomes a serialisable [`Plan`](plan::Plan) that
 //!    replays without egg.
 //! 4. **[`execute`]**: a plan's steps run in order, each as one fused kernel, a chained run of
-//!    layers, or a turn of its race against Burn's own fused matmul.
+//!    layers, or a turn of its race against Burn's own fused matmul; a step whose kernel cannot
+//!    run (or whose first launch or verification fails) runs Burn's own ops, exactly as before.
 //! 5. **[`kernel`]**: the kernels a step launches: a CubeCL tiled matmul with a bias +
 //!    activation epilogue, the tensor-core engine (cubek tilings, Burn's matmul, Hypatia's
 //!    Hopper `wgmma` kernel, autotuned), the MLP chain.
-//! 6. **[`fallback`]**: whatever Hypatia does not claim, or cannot run, runs on the inner backend
-//!    exactly as before, and Burn's own fusers still see every op Hypatia leaves alone.
+//!
+//! Whatever Hypatia does not claim runs on the inner backend, and Burn's own fusers still see
+//! every op Hypatia leaves alone.
 //!
 //! [`runtime`] holds the burn-fusion roles that tie the stages together, [`backend`] the types that
 //! forward every op (to burn-fusion, and from it to the inner `CubeBackend`), [`host`] how the
@@ -61,7 +63,6 @@ pub mod backend;
 pub mod capture;
 pub mod config;
 pub mod execute;
-pub mod fallback;
 pub mod host;
 pub mod kernel;
 pub mod plan;

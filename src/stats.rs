@@ -1,93 +1,11 @@
 //! Introspection: [`FusionStats`], per device, and the `log` lines that go with them.
 
+pub use crate::config::FusedPattern;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
-
-/// What a fused step is, as [`FusionStats`] counts it: `FusedPattern::LinearRelu` is shown and
-/// serialised as `linear-relu`.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum FusedPattern {
-    /// Linear + bias without activation.
-    Linear,
-    /// Linear (with or without bias) + ReLU.
-    LinearRelu,
-    /// Linear + GELU (erf).
-    LinearGelu,
-    /// Linear + GELU (tanh approximation).
-    LinearGeluTanh,
-    /// Linear + SiLU.
-    LinearSilu,
-    /// Linear + LeakyReLU.
-    LinearLeakyRelu,
-    /// Linear + clamp (ReLU6 among them).
-    LinearClamp,
-    /// A plain matmul: a weight gradient, or a Linear without bias or activation.
-    Matmul,
-    /// ReLU's backward `mask_fill(dy · Wᵀ, pre <= 0, 0)`.
-    MatmulReluGrad,
-    /// A run of layers as one MLP-chain launch (each layer also counts as `chained` in its
-    /// own pattern).
-    MlpChain,
-}
-
-impl FusedPattern {
-    /// Every pattern.
-    pub const ALL: [FusedPattern; 10] = [
-        FusedPattern::Linear,
-        FusedPattern::LinearRelu,
-        FusedPattern::LinearGelu,
-        FusedPattern::LinearGeluTanh,
-        FusedPattern::LinearSilu,
-        FusedPattern::LinearLeakyRelu,
-        FusedPattern::LinearClamp,
-        FusedPattern::Matmul,
-        FusedPattern::MatmulReluGrad,
-        FusedPattern::MlpChain,
-    ];
-
-    /// The name stats, logs and JSON use: `linear-relu`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            FusedPattern::Linear => "linear",
-            FusedPattern::LinearRelu => "linear-relu",
-            FusedPattern::LinearGelu => "linear-gelu",
-            FusedPattern::LinearGeluTanh => "linear-gelu-tanh",
-            FusedPattern::LinearSilu => "linear-silu",
-            FusedPattern::LinearLeakyRelu => "linear-leaky-relu",
-            FusedPattern::LinearClamp => "linear-clamp",
-            FusedPattern::Matmul => "matmul",
-            FusedPattern::MatmulReluGrad => "matmul-relu-grad",
-            FusedPattern::MlpChain => "mlp-chain",
-        }
-    }
-}
-
-impl core::fmt::Display for FusedPattern {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-/// Parses a pattern by its name; an unknown name is an error that lists the names.
-impl core::str::FromStr for FusedPattern {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<Self, String> {
-        (FusedPattern::ALL.into_iter().find(|p| p.name() == name)).ok_or_else(|| {
-            let names: Vec<&str> = FusedPattern::ALL.iter().map(|p| p.name()).collect();
-            format!(
-                "unknown pattern `{name}`, expected one of: {}",
-                names.join(", ")
-            )
-        })
-    }
-}
 
 /// Counters of one [`FusedPattern`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -108,7 +26,7 @@ pub struct PatternStats {
     /// Bias gradients (`Σ_rows` of a relu-backward step's output) the step's kernel produced,
     /// whose `sum_dim` ops were then skipped (see [`crate::plan::BiasGrad`]).
     pub bias_grads: u64,
-    /// Steps whose result [verify mode](crate::fallback::verify) compared with Burn's ops and
+    /// Steps whose result [verify mode](crate::execute::verify) compared with Burn's ops and
     /// found equal (the first execution of each step while verification is on).
     pub verified: u64,
     /// Plans that ran Burn's ops instead, by reason (checked at run time).

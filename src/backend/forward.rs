@@ -45,7 +45,7 @@ macro_rules! forward_read {
     }) => {
         $(
             fn $name($arg: $ty) -> $ret {
-                let deferred = $crate::fallback::take_deferred(&$arg.device);
+                let deferred = $crate::execute::take_deferred(&$arg.device);
                 let read = <$inner as $trait<$inner>>::$name($arg);
                 async move {
                     match deferred {

@@ -106,9 +106,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
     }
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
-        // Errors Hypatia kept for the user first (see `fallback::defer_error`).
+        // Errors Hypatia kept for the user first (see `execute::defer_error`).
         let synced = crate::host::sync::sync::<R>(device);
-        match crate::fallback::take_deferred(device) {
+        match crate::execute::take_deferred(device) {
             Some(error) => Err(error),
             None => synced,
         }

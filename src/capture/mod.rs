@@ -7,8 +7,6 @@
 //! may depend on real sizes or scalar values; the plan records what must be checked at run time.
 
 pub mod fixtures;
-mod lower;
 mod window;
 
-pub use lower::*;
 pub use window::*;

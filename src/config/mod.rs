@@ -20,9 +20,11 @@
 //! ```
 
 mod choices;
+mod fused_pattern;
 mod limits;
 
 pub use choices::*;
+pub use fused_pattern::FusedPattern;
 pub use limits::{Limits, WeightCopies};
 
 use serde::{Deserialize, Serialize};
@@ -57,7 +59,7 @@ pub struct HypatiaConfig {
     /// decision record 0012).
     pub gpu_streams: GpuStreams,
     /// Whether the first run of each fused step is checked against Burn's ops
-    /// (`HYPATIA_VERIFY`; see [`fallback::verify`](crate::fallback::verify)).
+    /// (`HYPATIA_VERIFY`; see [`execute::verify`](crate::execute::verify)).
     pub verify: VerifyMode,
     /// Patterns the fuser leaves to Burn, for measuring what each is worth
     /// (`HYPATIA_DISABLE=matmul,matmul-relu-grad`).

@@ -5,17 +5,17 @@
 //! forward, whose whole latency is a few tens of microseconds of host time, only builds the
 //! key, compares it and launches, reading its operands in place.
 
-use super::burn::CubeStream;
+use super::burn_path::CubeStream;
 use super::context::{real_tensor, release};
-use super::{choose_chain, has_matrix_units};
-use crate::config::{ChainPolicy, ExecutionPolicy, config};
-use crate::fallback::verify::VerifyMode;
-use crate::fallback::verify::compare;
-use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
+use super::verify::{VerifyMode, compare};
+use super::{Execution, LinearOptimization, choose_chain, has_matrix_units};
+use super::{FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused};
+use crate::config::{ChainPolicy, ExecutionPolicy, FusedPattern, config};
 use crate::kernel::OperandRef;
 use crate::kernel::chain::launch_mlp_chain;
 use crate::kernel::{ChainLayer, ChainLimits, ChainProblem, check_chain};
-use crate::plan::FusedLinear;
+use crate::plan::{FusedLinear, Step};
+use crate::stats;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
@@ -237,4 +237,73 @@ fn decide<R: CubeRuntime>(
     let out_shape = context.tensors.get(&last.out).map(|t| t.shape.as_ref());
     (choose_chain(&problem, client, &config()) && out_shape == Some(problem.out_shape.as_slice()))
         .then_some((problem, limits))
+}
+
+impl<R: CubeRuntime> LinearOptimization<R> {
+    /// Runs the chained run starting at step `start` as one launch, if there is one and it
+    /// runs; returns the index after it, and whether the launch ran (`false`: it failed and the
+    /// steps ran as Burn's ops). `None`: run the steps one by one.
+    pub(super) fn try_chain<F: CubeStream<R>>(
+        &mut self,
+        start: usize,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<F>,
+    ) -> Option<(usize, bool)> {
+        let chain = self.chains.iter_mut().find(|c| c.range.start == start)?;
+        let (range, check) = (&chain.range, &mut chain.check);
+        if check.broken.is_some() {
+            return None;
+        }
+        let steps: Vec<&FusedLinear> = self.plan.steps[range.clone()]
+            .iter()
+            .filter_map(|step| match step {
+                Step::Fused(fused) => Some(fused),
+                Step::Run(_) | Step::BiasGrad(_) => None,
+            })
+            .collect();
+        let first_launch = check.launched == 0;
+        let verify = if check.verified {
+            VerifyMode::Off
+        } else {
+            config().verify
+        };
+        let outcome = run_chain(
+            &steps,
+            context,
+            execution,
+            first_launch,
+            verify,
+            &self.device_key,
+            &mut chain.decision,
+        );
+        let verified = match outcome {
+            ChainRun::PerLayer => return None,
+            ChainRun::Ran { verified } => verified,
+            ChainRun::Failed(reason) => {
+                log::warn!("hypatia: mlp-chain runs layer by layer from now on: {reason}");
+                if matches!(reason, FallbackReason::Mismatch(_))
+                    && config().verify == VerifyMode::Strict
+                {
+                    defer_error(&self.device_key, reason.to_string());
+                }
+                stats::record(&self.device_key, |s| {
+                    let chain = stats::pattern(s, FusedPattern::MlpChain);
+                    *chain.fallbacks.entry(reason.key().to_string()).or_default() += 1;
+                });
+                check.broken = Some(reason);
+                return Some((range.end, false));
+            }
+        };
+        check.launched |= Execution::Tiled.bit();
+        check.verified |= verified;
+        stats::record(&self.device_key, |s| {
+            let chain = stats::pattern(s, FusedPattern::MlpChain);
+            chain.tiled += 1;
+            chain.verified += verified as u64;
+            for step in &steps {
+                stats::pattern(s, step.pattern()).chained += 1;
+            }
+        });
+        Some((range.end, true))
+    }
 }

@@ -1,8 +1,7 @@
 //! The execution context: what a step reads from burn-fusion's `Context` (real shapes,
 //! scalars, handles) and what it gives back (released tensors).
 
-use crate::fallback::FallbackReason;
-pub(crate) use crate::fallback::real_tensor;
+use super::FallbackReason;
 use crate::kernel::Operand;
 use crate::plan::{FusedLinear, Plan, TensorRef};
 use burn_cubecl::CubeRuntime;
@@ -77,4 +76,13 @@ pub(crate) fn release<H: Clone>(
             released.push(reference.id);
         }
     }
+}
+
+/// Tensor `id` as the context knows it now (its real shape, its status in this execution).
+pub(crate) fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> TensorIr {
+    context
+        .tensors
+        .get(id)
+        .cloned()
+        .expect("every tensor of a claimed block is in the context")
 }

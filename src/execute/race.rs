@@ -29,11 +29,13 @@
 //! 8192×4096×4096 that made the first five batches 0.65 ms
 //! a launch instead of 0.39).
 
-use super::burn::{CubeStream, execute_burn_at};
-use crate::config::{ExecutionPolicy, RacePolicy, config};
-use crate::fallback::run_unfused;
+use super::LinearOptimization;
+use super::burn_path::{CubeStream, execute_burn_at};
+use super::run_unfused;
+use crate::config::{ExecutionPolicy, F32Precision, FusedPattern, RacePolicy, config};
 use crate::kernel::Epilogue;
 use crate::plan::{FusedLinear, Plan, Step};
+use crate::stats;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
@@ -411,6 +413,105 @@ pub fn settle<R: Runtime>(client: &ComputeClient<R>) -> Instant {
     // the next sync or read, where the stream keeps it.
     let _ = cubecl::future::block_on(client.sync());
     Instant::now()
+}
+
+/// A step's race at this execution: its real shape, its turn, and the device to time on.
+pub(super) struct RaceRun<R: CubeRuntime> {
+    key: ShapeKey,
+    signature: Signature,
+    turn: Turn,
+    pattern: FusedPattern,
+    /// The device, when the run is timed.
+    client: Option<ComputeClient<R>>,
+}
+
+impl<R: CubeRuntime> LinearOptimization<R> {
+    /// Step `index`'s turn in its race against Burn's side, if it races now: it has an
+    /// alternative, its kernel is not broken, and the policy races its dtype on this device.
+    pub(super) fn race_turn(
+        &mut self,
+        index: usize,
+        context: &Context<CubeFusionHandle<R>>,
+    ) -> Option<RaceRun<R>> {
+        let Step::Fused(fused) = &self.plan.steps[index] else {
+            return None;
+        };
+        if self.checks[index].broken.is_some() {
+            return None;
+        }
+        let alternative = self.alternatives.get_mut(index)?.as_mut()?;
+        let [x, w] = [fused.x, fused.w].map(|r| {
+            (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
+        });
+        if x.dtype == DType::F32 && config().f32 == F32Precision::Exact {
+            // Burn's side may multiply f32 as TF32: exact f32 everywhere is Hypatia's side
+            // alone. Under the default Burn's side is Burn's own f32 (decision record 0014).
+            return None;
+        }
+        let x_handle = context.handles.get_handle_ref(&x.id)?;
+        // A weight made by the step's own views has no handle yet: its shape keys it.
+        let w_strides = (context.handles.get_handle_ref(&w.id)).map_or(&[][..], |h| &h.strides);
+        let key = ShapeKey::new(&x.shape, &w.shape, &x_handle.strides, w_strides)?;
+        let signature = Signature::of(fused, x.dtype);
+        let turn = alternative.turn(&key, signature)?;
+        Some(RaceRun {
+            key,
+            signature,
+            turn,
+            pattern: fused.pattern(),
+            client: turn.timed.then(|| x_handle.client.clone()),
+        })
+    }
+
+    pub(super) fn alternative(&mut self, index: usize) -> &mut Alternative<R> {
+        self.alternatives[index]
+            .as_mut()
+            .expect("a racing step has an alternative")
+    }
+
+    /// Runs step `index` on the side its race gives it, timing the run when the race asks.
+    pub(super) fn run_raced<F: CubeStream<R>>(
+        &mut self,
+        index: usize,
+        race: RaceRun<R>,
+        context: &mut Context<CubeFusionHandle<R>>,
+        execution: &OrderedExecution<F>,
+    ) {
+        let start = race.client.as_ref().map(settle);
+        match race.turn.side {
+            Side::Hypatia => self.run_step(index, context, execution),
+            Side::Burn => self.alternative(index).run(context, execution),
+        }
+        let elapsed =
+            (race.client.as_ref().zip(start)).map(|(client, start)| settle(client) - start);
+        let decided = race
+            .turn
+            .counts
+            .then(|| {
+                self.alternative(index)
+                    .record(&race.key, race.signature, race.turn, elapsed)
+            })
+            .flatten();
+        if let Some((winner, [hypatia, burn])) = decided {
+            log::debug!(
+                "hypatia: {} at {:?} runs {} from now on ({hypatia:.1} µs Hypatia, {burn:.1} µs Burn's side)",
+                race.pattern,
+                race.key,
+                match winner {
+                    Side::Hypatia => "Hypatia's kernel",
+                    Side::Burn => "Burn's side",
+                }
+            );
+        }
+        if race.turn.counts || race.turn.side == Side::Burn {
+            stats::record(&self.device_key, |s| {
+                let counters = stats::pattern(s, race.pattern);
+                counters.racing += race.turn.counts as u64;
+                counters.raced += decided.is_some() as u64;
+                counters.burn_fused += (race.turn.side == Side::Burn) as u64;
+            });
+        }
+    }
 }
 
 #[cfg(test)]

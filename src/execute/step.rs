@@ -1,12 +1,12 @@
 //! One fused step on Hypatia's side: the execution chosen for it (tiled, tensor-core engine,
 //! split), its launch, its first-launch and verify checks, or Burn's ops where it cannot run.
 
-use super::burn::CubeStream;
+use super::burn_path::CubeStream;
 use super::context::*;
+use super::verify::compare;
 use super::{Execution, choose_execution, has_matrix_units};
+use super::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
 use crate::config::{VerifyMode, config};
-use crate::fallback::verify::compare;
-use crate::fallback::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
 use crate::kernel::engine::tensor_core_linear;
 use crate::kernel::{
     EpilogueInputs, LinearOutputs, check_gate, check_linear, launch_bias_activation,

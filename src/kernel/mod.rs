@@ -22,19 +22,19 @@
 
 #[allow(missing_docs)] // #[cube] generates an undocumented expand module.
 pub mod chain;
+#[allow(missing_docs)]
+mod cube_epilogue;
 pub mod cuda;
 mod data;
 pub mod engine;
-#[allow(missing_docs)]
-mod epilogue;
 #[cfg(feature = "cuda")]
 pub mod hopper;
 #[allow(missing_docs)]
 pub mod row_sum;
 pub mod tiled;
 
+pub use cube_epilogue::{activate, relu_keep_nan, store_epilogue};
 pub use data::*;
-pub use epilogue::{activate, relu_keep_nan, store_epilogue};
 pub use row_sum::{sum_output_rows, sum_rows};
 pub use tiled::{
     bias_activation_kernel, launch_bias_activation, launch_bias_activation_into,

@@ -4,9 +4,10 @@ use super::cover::{Covered, bias_grad_ops, cover, find_bias_grad};
 use super::{
     BiasGrad, Candidate, FusedLinear, Plan, ScalarGuard, Step, TensorRef, find_candidates,
 };
-use crate::capture::{Lowered, Window, lower};
+use crate::capture::Window;
 use crate::kernel::Epilogue;
 use crate::rewrite::{Limits, Saturated, saturate};
+use crate::rewrite::{Lowered, lower};
 use burn_ir::{TensorId, TensorStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};

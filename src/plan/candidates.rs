@@ -1,8 +1,9 @@
 //! The fused nodes extraction chose, as candidates for steps, with their operands as window
 //! tensors.
 
-use crate::capture::{Lowered, OpKind, Window};
+use crate::capture::{OpKind, Window};
 use crate::kernel::Epilogue;
+use crate::rewrite::Lowered;
 use crate::rewrite::{CostModel, Saturated, TensorLang, is_no_bias};
 use burn_ir::TensorId;
 use egg::{Extractor, Id};

@@ -34,7 +34,8 @@
 
 use super::build::plan_window_with;
 use super::{Claim, PlanOptions, Planned};
-use crate::capture::{Lowered, Window};
+use crate::capture::Window;
+use crate::rewrite::Lowered;
 use crate::rewrite::{CostModel, Limits, Saturated, TensorLang};
 use egg::{CostFunction, Extractor, Language, RecExpr};
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,7 @@
 //! [`Plan`], [`Step`] and [`FusedLinear`].
 
-use crate::FusedPattern;
 use crate::capture::{Canonical, CapturedOp};
+use crate::config::FusedPattern;
 use crate::kernel::Epilogue;
 use burn_ir::{TensorId, TensorStatus};
 use serde::{Deserialize, Serialize};

@@ -7,10 +7,10 @@
 //! Pitfall: burn-fusion caches optimizations by relative window and replays them without
 //! calling any fuser, so an optimization must read real shapes and scalars from the context.
 
-mod burn;
+mod burn_fuser;
 mod fuser;
 mod optimization;
 
-pub use burn::*;
+pub use burn_fuser::*;
 pub use fuser::*;
 pub use optimization::*;

@@ -26,7 +26,7 @@ use burn::tensor::activation::relu;
 use burn::tensor::{DType, Element};
 use hypatia::FusedPattern;
 use hypatia::config::ExecutionPolicy;
-use hypatia::fallback::verify::Difference;
+use hypatia::execute::verify::Difference;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 

@@ -27,9 +27,9 @@
 #[cfg(feature = "cuda")]
 pub mod grid;
 
-mod kernel;
+mod portable;
 
-pub use kernel::{ChainFlags, mlp_chain_kernel};
+pub use portable::{ChainFlags, mlp_chain_kernel};
 
 use crate::kernel::{
     Activation, ChainLayer, ChainLimits, ChainProblem, LinearOutputs, MAX_CHAIN_LAYERS,

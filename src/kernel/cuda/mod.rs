@@ -14,7 +14,7 @@ mod preamble;
 pub use preamble::{HEADER, Preamble};
 
 #[cfg(feature = "cuda")]
-mod launch;
+mod cubecl_launch;
 
 #[cfg(feature = "cuda")]
-pub(crate) use launch::{CudaSource, is_cuda, launch_source, pack_words};
+pub(crate) use cubecl_launch::{CudaSource, is_cuda, launch_source, pack_words};

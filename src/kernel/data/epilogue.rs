@@ -1,6 +1,6 @@
 //! Epilogues: what happens to an accumulator between the last FMA and the store, as data.
 
-use crate::FusedPattern;
+use crate::config::FusedPattern;
 use serde::{Deserialize, Serialize};
 
 /// `sqrt(2)`, the divisor inside Burn's exact GELU.

@@ -3,16 +3,16 @@
 //! launches or names a kernel, so the rewrite and plan stages read it without depending on any
 //! kernel, and the kernels share it without depending on each other.
 
-mod args;
-mod chain;
+mod chain_problem;
 mod epilogue;
 mod error;
+mod linear_args;
 mod operand;
 mod problem;
 
-pub use args::*;
-pub use chain::*;
+pub use chain_problem::*;
 pub use epilogue::*;
 pub use error::*;
+pub use linear_args::*;
 pub use operand::*;
 pub use problem::*;

@@ -22,12 +22,12 @@
 //! decision record 0009).
 mod copies;
 mod source;
-mod tiling;
 mod transpose;
+mod wgmma_tiling;
 
 pub use copies::{forget, kept_bytes};
 pub use source::{KERNEL_SOURCE, WgmmaElem, WgmmaSource};
-pub use tiling::*;
+pub use wgmma_tiling::*;
 
 use crate::kernel::cuda::launch_source;
 use crate::kernel::{LinearArgs, is_aligned, is_contiguous};
@@ -38,7 +38,7 @@ use cubecl::features::Tma;
 use cubecl::prelude::*;
 use cubecl::server::{KernelArguments, MetadataBindingInfo, TensorMapBinding, TensorMapMeta};
 use cubecl::zspace::metadata::Metadata;
-use tiling::ROW_BYTES;
+use wgmma_tiling::ROW_BYTES;
 
 /// Whether the device runs `sm_90a` code (Hopper: TMA without Blackwell's additions).
 pub fn supported<R: Runtime>(client: &ComputeClient<R>) -> bool {

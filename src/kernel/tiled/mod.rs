@@ -3,10 +3,10 @@
 
 #[allow(missing_docs)] // #[cube] generates an undocumented expand module.
 mod bias_activation;
-#[allow(missing_docs)]
-mod kernel;
 mod launch;
+#[allow(missing_docs)]
+mod matmul;
 
 pub use bias_activation::bias_activation_kernel;
-pub use kernel::*;
 pub use launch::*;
+pub use matmul::*;

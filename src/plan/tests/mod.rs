@@ -5,7 +5,7 @@ mod backward;
 mod linear_relu;
 mod windows;
 
-use crate::FusedPattern;
+use crate::config::FusedPattern;
 
 use super::{Claim, Plan, PlanOptions, Reason, Step, plan_window};
 use crate::capture::fixtures::{IrBuilder, T};

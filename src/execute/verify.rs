@@ -16,9 +16,9 @@
 //! set_config(before);
 //! ```
 
+use super::FallbackReason;
+use super::context::real_tensor;
 pub use crate::config::VerifyMode;
-use crate::fallback::FallbackReason;
-use crate::fallback::real_tensor;
 use crate::kernel::LinearOutputs;
 use crate::plan::FusedLinear;
 use burn_backend::{DType, ExecutionError, Shape};
@@ -57,7 +57,7 @@ impl Difference {
     /// Compares `fused` with `burn`, element by element.
     ///
     /// ```
-    /// use hypatia::fallback::verify::Difference;
+    /// use hypatia::execute::verify::Difference;
     /// let d = Difference::between(&[1.0, f32::NAN, 4.0], &[1.0, f32::NAN, 2.0]);
     /// assert_eq!((d.max_abs, d.max_rel, d.nonfinite), (2.0, 1.0, None)); // 2 / max(1, |2|)
     /// let d = Difference::between(&[0.0, 0.0], &[0.0, f32::NAN]);
@@ -100,7 +100,7 @@ impl Difference {
 )]
 pub struct Mismatch {
     /// The pattern (`linear-relu`, `matmul-relu-grad`, `matmul`).
-    pub pattern: crate::FusedPattern,
+    pub pattern: crate::config::FusedPattern,
     /// Which output: `output` or `pre-activation`.
     pub tensor: &'static str,
     /// Left operand shape.
@@ -179,7 +179,7 @@ pub(crate) fn compare<R: CubeRuntime>(
         #[allow(unused_mut)]
         let mut fused = read(fused, &burn.shape)?;
         #[cfg(test)]
-        if crate::fallback::injected() == crate::fallback::Fault::WrongResult {
+        if super::injected() == super::Fault::WrongResult {
             fused[0] += 1.0;
         }
         let burn_values = read(burn_handle, &burn.shape)?;

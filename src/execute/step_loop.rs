@@ -1,27 +1,25 @@
 //! The step loop: [`LinearOptimization`] runs a [`Plan`]'s steps in order — a chained run, a
 //! raced step, or one fused step — and records what each execution established.
 
-use super::burn::CubeStream;
-use super::chain::{ChainDecision, ChainRun, run_chain};
+use super::burn_path::CubeStream;
+use super::chain::ChainDecision;
 use super::context::*;
-use super::race::{Alternative, AlternativeState, ShapeKey, Side, Signature, Turn, settle};
+use super::race::{Alternative, AlternativeState};
 use super::step::*;
 use super::{Execution, has_matrix_units};
-use crate::config::{F32Precision, FlushPolicy, VerifyMode, config};
-use crate::fallback::{FallbackReason, defer_error, run_unfused};
+use super::{FallbackReason, defer_error, run_unfused};
+use crate::config::{FlushPolicy, VerifyMode, config};
 use crate::host::pace::Pace;
 use crate::kernel::MAX_CHAIN_LAYERS;
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
 use crate::rewrite::Profile;
 use crate::stats;
-use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_fusion::stream::{Context, OrderedExecution};
 use cubecl::Runtime;
 use cubecl::device::{Device, DeviceService};
 use cubecl::device_handle::DeviceHandle;
-use cubecl::prelude::ComputeClient;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
@@ -306,173 +304,5 @@ pub(super) fn report_broken(device_key: &str, step: &FusedLinear, reason: &Fallb
     );
     if matches!(reason, FallbackReason::Mismatch(_)) && config().verify == VerifyMode::Strict {
         defer_error(device_key, reason.to_string());
-    }
-}
-
-/// A step's race at this execution: its real shape, its turn, and the device to time on.
-pub(super) struct RaceRun<R: CubeRuntime> {
-    key: ShapeKey,
-    signature: Signature,
-    turn: Turn,
-    pattern: crate::FusedPattern,
-    /// The device, when the run is timed.
-    client: Option<ComputeClient<R>>,
-}
-
-impl<R: CubeRuntime> LinearOptimization<R> {
-    /// Step `index`'s turn in its race against Burn's side, if it races now: it has an
-    /// alternative, its kernel is not broken, and the policy races its dtype on this device.
-    pub(super) fn race_turn(
-        &mut self,
-        index: usize,
-        context: &Context<CubeFusionHandle<R>>,
-    ) -> Option<RaceRun<R>> {
-        let Step::Fused(fused) = &self.plan.steps[index] else {
-            return None;
-        };
-        if self.checks[index].broken.is_some() {
-            return None;
-        }
-        let alternative = self.alternatives.get_mut(index)?.as_mut()?;
-        let [x, w] = [fused.x, fused.w].map(|r| {
-            (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
-        });
-        if x.dtype == DType::F32 && config().f32 == F32Precision::Exact {
-            // Burn's side may multiply f32 as TF32: exact f32 everywhere is Hypatia's side
-            // alone. Under the default Burn's side is Burn's own f32 (decision record 0014).
-            return None;
-        }
-        let x_handle = context.handles.get_handle_ref(&x.id)?;
-        // A weight made by the step's own views has no handle yet: its shape keys it.
-        let w_strides = (context.handles.get_handle_ref(&w.id)).map_or(&[][..], |h| &h.strides);
-        let key = ShapeKey::new(&x.shape, &w.shape, &x_handle.strides, w_strides)?;
-        let signature = Signature::of(fused, x.dtype);
-        let turn = alternative.turn(&key, signature)?;
-        Some(RaceRun {
-            key,
-            signature,
-            turn,
-            pattern: fused.pattern(),
-            client: turn.timed.then(|| x_handle.client.clone()),
-        })
-    }
-
-    pub(super) fn alternative(&mut self, index: usize) -> &mut Alternative<R> {
-        self.alternatives[index]
-            .as_mut()
-            .expect("a racing step has an alternative")
-    }
-
-    /// Runs step `index` on the side its race gives it, timing the run when the race asks.
-    pub(super) fn run_raced<F: CubeStream<R>>(
-        &mut self,
-        index: usize,
-        race: RaceRun<R>,
-        context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<F>,
-    ) {
-        let start = race.client.as_ref().map(settle);
-        match race.turn.side {
-            Side::Hypatia => self.run_step(index, context, execution),
-            Side::Burn => self.alternative(index).run(context, execution),
-        }
-        let elapsed =
-            (race.client.as_ref().zip(start)).map(|(client, start)| settle(client) - start);
-        let decided = race
-            .turn
-            .counts
-            .then(|| {
-                self.alternative(index)
-                    .record(&race.key, race.signature, race.turn, elapsed)
-            })
-            .flatten();
-        if let Some((winner, [hypatia, burn])) = decided {
-            log::debug!(
-                "hypatia: {} at {:?} runs {} from now on ({hypatia:.1} µs Hypatia, {burn:.1} µs Burn's side)",
-                race.pattern,
-                race.key,
-                match winner {
-                    Side::Hypatia => "Hypatia's kernel",
-                    Side::Burn => "Burn's side",
-                }
-            );
-        }
-        if race.turn.counts || race.turn.side == Side::Burn {
-            stats::record(&self.device_key, |s| {
-                let counters = stats::pattern(s, race.pattern);
-                counters.racing += race.turn.counts as u64;
-                counters.raced += decided.is_some() as u64;
-                counters.burn_fused += (race.turn.side == Side::Burn) as u64;
-            });
-        }
-    }
-}
-
-impl<R: CubeRuntime> LinearOptimization<R> {
-    /// Runs the chained run starting at step `start` as one launch, if there is one and it
-    /// runs; returns the index after it, and whether the launch ran (`false`: it failed and the
-    /// steps ran as Burn's ops). `None`: run the steps one by one.
-    pub(super) fn try_chain<F: CubeStream<R>>(
-        &mut self,
-        start: usize,
-        context: &mut Context<CubeFusionHandle<R>>,
-        execution: &OrderedExecution<F>,
-    ) -> Option<(usize, bool)> {
-        let chain = self.chains.iter_mut().find(|c| c.range.start == start)?;
-        let (range, check) = (&chain.range, &mut chain.check);
-        if check.broken.is_some() {
-            return None;
-        }
-        let steps: Vec<&FusedLinear> = self.plan.steps[range.clone()]
-            .iter()
-            .filter_map(|step| match step {
-                Step::Fused(fused) => Some(fused),
-                Step::Run(_) | Step::BiasGrad(_) => None,
-            })
-            .collect();
-        let first_launch = check.launched == 0;
-        let verify = if check.verified {
-            VerifyMode::Off
-        } else {
-            config().verify
-        };
-        let outcome = run_chain(
-            &steps,
-            context,
-            execution,
-            first_launch,
-            verify,
-            &self.device_key,
-            &mut chain.decision,
-        );
-        let verified = match outcome {
-            ChainRun::PerLayer => return None,
-            ChainRun::Ran { verified } => verified,
-            ChainRun::Failed(reason) => {
-                log::warn!("hypatia: mlp-chain runs layer by layer from now on: {reason}");
-                if matches!(reason, FallbackReason::Mismatch(_))
-                    && config().verify == VerifyMode::Strict
-                {
-                    defer_error(&self.device_key, reason.to_string());
-                }
-                stats::record(&self.device_key, |s| {
-                    let chain = stats::pattern(s, crate::FusedPattern::MlpChain);
-                    *chain.fallbacks.entry(reason.key().to_string()).or_default() += 1;
-                });
-                check.broken = Some(reason);
-                return Some((range.end, false));
-            }
-        };
-        check.launched |= Execution::Tiled.bit();
-        check.verified |= verified;
-        stats::record(&self.device_key, |s| {
-            let chain = stats::pattern(s, crate::FusedPattern::MlpChain);
-            chain.tiled += 1;
-            chain.verified += verified as u64;
-            for step in &steps {
-                stats::pattern(s, step.pattern()).chained += 1;
-            }
-        });
-        Some((range.end, true))
     }
 }

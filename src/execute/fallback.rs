@@ -1,27 +1,20 @@
 //! Fallback: run claimed ops exactly as Burn would, one by one, on the inner backend.
 //!
 //! Used when a plan cannot run as fused (a scalar guard fails, a shape the kernel does not
-//! take, a kernel that failed to compile or launch, a result that [`verify`] mode rejected):
+//! take, a kernel that failed to compile or launch, a result that [`verify`](super::verify) mode rejected):
 //! the block was claimed, so Hypatia owes it an execution. Each op's own closure (what
 //! `Fusion` registered) runs on the inner backend, so results are Burn's bit for bit.
 //!
 //! Errors the device reports go back to the user as Burn would report them: at the next
 //! `B::sync` or tensor read, as an [`ExecutionError`] (kept by `defer_error` until then).
 
-mod probe;
-pub mod verify;
-
-#[cfg(test)]
-pub(crate) use probe::{Fault, inject_fault, injected};
-pub(crate) use probe::{after_first_launch, before_first_launch};
-
+use super::verify::Mismatch;
 use burn_backend::ExecutionError;
 use burn_fusion::FusionRuntime;
 use burn_fusion::stream::{Context, OrderedExecution};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
-pub use verify::{Mismatch, VerifyMode};
 
 /// Why a claimed plan (or one of its steps) ran Burn's ops instead of the fused kernel.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -44,7 +37,7 @@ pub enum FallbackReason {
     /// execution); the step runs Burn's ops from then on.
     #[error("the fused kernel failed to launch: {0}")]
     Launch(String),
-    /// [`verify`] mode found the fused result differing from Burn's ops; the step runs Burn's
+    /// [`verify`](super::verify) mode found the fused result differing from Burn's ops; the step runs Burn's
     /// ops from then on.
     #[error("{0}")]
     Mismatch(Box<Mismatch>),
@@ -117,15 +110,4 @@ pub(crate) fn take_deferred<D: cubecl::device::Device>(device: &D) -> Option<Exe
     Some(ExecutionError::WithContext {
         reason: reasons.join("\n"),
     })
-}
-
-#[cfg(all(test, feature = "wgpu"))]
-mod tests;
-
-pub(crate) fn real_tensor<H>(context: &Context<H>, id: &burn_ir::TensorId) -> burn_ir::TensorIr {
-    context
-        .tensors
-        .get(id)
-        .cloned()
-        .expect("every tensor of a claimed block is in the context")
 }

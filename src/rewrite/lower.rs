@@ -1,9 +1,7 @@
 //! Lowering: a [`Window`] to an e-graph of [`TensorLang`] nodes.
 
-use super::{OpKind, Window};
-use crate::rewrite::{
-    DimsLeaf, Elem, ElemLeaf, ScalarLeaf, ShapeLeaf, TensorGraph, TensorLang, TensorLeaf,
-};
+use super::{DimsLeaf, Elem, ElemLeaf, ScalarLeaf, ShapeLeaf, TensorGraph, TensorLang, TensorLeaf};
+use crate::capture::{OpKind, Window};
 use burn_ir::{TensorId, TensorIr};
 use egg::Id;
 use std::collections::HashMap;
@@ -39,7 +37,7 @@ impl Lowered {
 /// tensors it produces become leaves where they are read.
 ///
 /// ```
-/// use hypatia::capture::{Window, lower};
+/// use hypatia::{capture::Window, rewrite::lower};
 /// let lowered = lower(&Window::new());
 /// assert!(lowered.roots.is_empty());
 /// ```
