@@ -157,7 +157,8 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
 /// Hypatia's tensor-core engine called directly on `CubeBackend` buffers: the same kernels
 /// without Burn's op stream, so `hypatia - engine` is what the stream and the plan cost.
 fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
-    use hypatia::kernel::{EpilogueInputs, Operand, check_linear, engine::tensor_core_linear};
+    use hypatia::kernel::engine::tensor_core_linear;
+    use hypatia::kernel::{EngineChoices, EpilogueInputs, Operand, check_linear};
     let (x, w, b) = inputs::<Bare<F>>(m, k, n);
     let device = x.device();
     let operand = |t: burn_cubecl::tensor::CubeTensor<Runtime>| Operand {
@@ -168,6 +169,8 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
     let dtype = F::dtype();
     let problem = check_linear((&[m, k], dtype), (&[k, n], dtype), Some((&[n], dtype)))
         .expect("a linear the engine runs");
+    let config = hypatia::config::config();
+    let choices = EngineChoices::new(&config, problem.f32_math(&config));
     let (x, w, b) = (
         operand(x.into_primitive().tensor()),
         operand(w.into_primitive().tensor()),
@@ -178,8 +181,7 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
         args.runs,
         || {
             let epilogue = EpilogueInputs::new(args.epilogue(), Some(&b));
-            let f32 = problem.f32_math(&hypatia::config::config());
-            tensor_core_linear(&problem, &x, &w, epilogue, false, f32)
+            tensor_core_linear(&problem, &x, &w, epilogue, false, &choices)
         },
         || Bare::<F>::sync(&device).expect("sync"),
     )

@@ -505,6 +505,9 @@ fn run_args<H: Float>(
         params: PARAMS,
         bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
         f32: F32Math::Tf32,
+        // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
+        wgmma: hypatia::config::config().wgmma,
+        weight_copies: hypatia::config::config().weight_copies_mib,
     };
     go(args.clone())?;
     let check = || {
@@ -784,6 +787,9 @@ fn wgmma_declines_what_it_cannot_run() {
         params: [0.0; 2],
         bias_grad: None,
         f32: F32Math::Tf32,
+        // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
+        wgmma: hypatia::config::config().wgmma,
+        weight_copies: hypatia::config::config().weight_copies_mib,
     };
     let err = launch(WGMMA_TILINGS[0], &args).unwrap_err();
     assert!(err.contains("multiples of 8"), "{err}");

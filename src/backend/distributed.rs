@@ -45,7 +45,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Distribute
         let device = tensor.client.device().clone();
         let reduced = Fused::<R, F, I, BT>::all_reduce(tensor, op, device_ids);
         // On the GPU now, whatever this device's training thread does next (decision record 0010).
-        crate::host::submit::collective_recorded::<R, HypatiaBackend<R, F, I, BT>>(&device);
+        let policy = crate::config::config().collective;
+        crate::host::submit::collective_recorded::<R, HypatiaBackend<R, F, I, BT>>(&device, policy);
         // Same primitive (`FusionTensor`); `resolve` on it runs `sync_collective` below.
         CollectiveTensor::new(unsafe { reduced.assume_resolved() })
     }
@@ -53,7 +54,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Distribute
     fn sync_collective(device: &Device<Self>) {
         let sync = Fused::<R, F, I, BT>::sync_collective;
         // Queued on burn-fusion's thread where configured (decision record 0011).
-        if !crate::host::submit::collective_synced::<HypatiaBackend<R, F, I, BT>>(device, sync) {
+        let policy = crate::config::config().collective;
+        if !crate::host::submit::collective_synced::<HypatiaBackend<R, F, I, BT>>(
+            device, sync, policy,
+        ) {
             sync(device)
         }
     }

@@ -73,7 +73,7 @@ macro_rules! submit {
                 use $crate::backend::forward::Rebind as _;
                 $($crate::host::submit::start::<R, $crate::runtime::HypatiaRuntime<R>>($device);)?
                 let out = <$inner as $trait<$inner>>::$name($($arg.rebind()),*).rebind();
-                $crate::host::submit::submitted();
+                $crate::host::submit::submitted($crate::config::config().submit);
                 out
             }
         )*
@@ -92,7 +92,7 @@ macro_rules! own {
         $(
             fn $name($($arg: $ty),*) -> $ret {
                 let out = <Self as $crate::backend::bias::OwnOps>::$name($($arg),*);
-                $crate::host::submit::submitted();
+                $crate::host::submit::submitted($crate::config::config().submit);
                 out
             }
         )*

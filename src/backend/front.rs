@@ -66,7 +66,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
     }
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
-        crate::host::submit::fusion_sync::<HypatiaBackend<R, F, I, BT>>(device)
+        let policy = crate::config::config().sync;
+        crate::host::submit::fusion_sync::<HypatiaBackend<R, F, I, BT>>(device, policy)
     }
 
     forward_backend!(Fused<R, F, I, BT>, crate::host::stream::configure());

@@ -107,7 +107,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> Backend
 
     fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
         // Errors Hypatia kept for the user first (see `execute::defer_error`).
-        let synced = crate::host::sync::sync::<R>(device);
+        let synced = crate::host::sync::sync::<R>(device, crate::config::config().sync);
         match crate::execute::take_deferred(device) {
             Some(error) => Err(error),
             None => synced,

@@ -7,10 +7,11 @@
 
 use super::burn_path::CubeStream;
 use super::context::{real_tensor, release};
+use super::step::Checks;
 use super::verify::{VerifyMode, compare};
 use super::{Execution, LinearOptimization, choose_chain, has_matrix_units};
 use super::{FallbackReason, after_first_launch, before_first_launch, defer_error, run_unfused};
-use crate::config::{ChainPolicy, ExecutionPolicy, FusedPattern, config};
+use crate::config::{ChainPolicy, ExecutionPolicy, FusedPattern, HypatiaConfig};
 use crate::kernel::OperandRef;
 use crate::kernel::chain::launch_mlp_chain;
 use crate::kernel::{ChainLayer, ChainLimits, ChainProblem, check_chain};
@@ -45,10 +46,10 @@ impl ChainKey {
         &mut self,
         steps: &[&FusedLinear],
         context: &Context<CubeFusionHandle<R>>,
+        config: &HypatiaConfig,
     ) -> bool {
         let key = &mut self.0;
         key.clear();
-        let config = config();
         key.push(policy_number(config.chain, config.execution));
         let last = steps[steps.len() - 1].out;
         let weights = steps
@@ -115,14 +116,15 @@ impl ChainDecision {
         &mut self,
         steps: &[&FusedLinear],
         context: &Context<CubeFusionHandle<R>>,
+        config: &HypatiaConfig,
     ) -> Option<&(ChainProblem, ChainLimits)> {
-        if !self.key.fill(steps, context) {
+        if !self.key.fill(steps, context, config) {
             return None;
         }
         if self.memo.as_ref().is_none_or(|memo| memo.key != self.key.0) {
             self.memo = Some(ChainMemo {
                 key: self.key.0.clone(),
-                launch: decide(steps, context),
+                launch: decide(steps, context, config),
             });
         }
         self.memo.as_ref()?.launch.as_ref()
@@ -136,14 +138,14 @@ pub(super) fn run_chain<R: CubeRuntime, F: CubeStream<R>>(
     steps: &[&FusedLinear],
     context: &mut Context<CubeFusionHandle<R>>,
     execution: &OrderedExecution<F>,
-    first_launch: bool,
-    verify: VerifyMode,
-    device_key: &str,
+    checks: Checks<'_>,
     decision: &mut ChainDecision,
 ) -> ChainRun {
-    let Some((problem, limits)) = decision.launch(steps, context) else {
+    let Some((problem, limits)) = decision.launch(steps, context, checks.config) else {
         return ChainRun::PerLayer;
     };
+    let (first_launch, verify, device_key) =
+        (checks.launched == 0, checks.verify, checks.device_key);
     let checked = first_launch || verify != VerifyMode::Off;
     let (outputs, client) = {
         // The operands, read in place (`fill` found every tensor and handle).
@@ -204,6 +206,7 @@ pub(super) fn run_chain<R: CubeRuntime, F: CubeStream<R>>(
 fn decide<R: CubeRuntime>(
     steps: &[&FusedLinear],
     context: &Context<CubeFusionHandle<R>>,
+    config: &HypatiaConfig,
 ) -> Option<(ChainProblem, ChainLimits)> {
     let x = real_tensor(context, &steps[0].x.id);
     let weights: Vec<TensorIr> = steps
@@ -235,7 +238,7 @@ fn decide<R: CubeRuntime>(
     let problem = check_chain((&x.shape, &x_handle.strides, x.dtype), &shapes, limits).ok()?;
     let last = steps[steps.len() - 1];
     let out_shape = context.tensors.get(&last.out).map(|t| t.shape.as_ref());
-    (choose_chain(&problem, client, &config()) && out_shape == Some(problem.out_shape.as_slice()))
+    (choose_chain(&problem, client, config) && out_shape == Some(problem.out_shape.as_slice()))
         .then_some((problem, limits))
 }
 
@@ -248,6 +251,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         start: usize,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<F>,
+        config: &HypatiaConfig,
     ) -> Option<(usize, bool)> {
         let chain = self.chains.iter_mut().find(|c| c.range.start == start)?;
         let (range, check) = (&chain.range, &mut chain.check);
@@ -261,28 +265,23 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 Step::Run(_) | Step::BiasGrad(_) => None,
             })
             .collect();
-        let first_launch = check.launched == 0;
-        let verify = if check.verified {
-            VerifyMode::Off
-        } else {
-            config().verify
+        let checks = Checks {
+            launched: check.launched,
+            verify: match check.verified {
+                true => VerifyMode::Off,
+                false => config.verify,
+            },
+            device_key: &self.device_key,
+            config,
         };
-        let outcome = run_chain(
-            &steps,
-            context,
-            execution,
-            first_launch,
-            verify,
-            &self.device_key,
-            &mut chain.decision,
-        );
+        let outcome = run_chain(&steps, context, execution, checks, &mut chain.decision);
         let verified = match outcome {
             ChainRun::PerLayer => return None,
             ChainRun::Ran { verified } => verified,
             ChainRun::Failed(reason) => {
                 log::warn!("hypatia: mlp-chain runs layer by layer from now on: {reason}");
                 if matches!(reason, FallbackReason::Mismatch(_))
-                    && config().verify == VerifyMode::Strict
+                    && config.verify == VerifyMode::Strict
                 {
                     defer_error(&self.device_key, reason.to_string());
                 }

@@ -32,7 +32,7 @@
 use super::LinearOptimization;
 use super::burn_path::{CubeStream, execute_burn_at};
 use super::run_unfused;
-use crate::config::{ExecutionPolicy, F32Precision, FusedPattern, RacePolicy, config};
+use crate::config::{ExecutionPolicy, F32Precision, FusedPattern, HypatiaConfig, RacePolicy};
 use crate::kernel::Epilogue;
 use crate::plan::{FusedLinear, Plan, Step};
 use crate::stats;
@@ -329,9 +329,13 @@ impl<R: CubeRuntime> Alternative<R> {
     }
 
     /// This execution's turn at real shape `key` of a step with `signature`, if the step races
-    /// under the current policies.
-    pub fn turn(&mut self, key: &ShapeKey, signature: Signature) -> Option<Turn> {
-        let config = config();
+    /// under `config`'s policies.
+    pub fn turn(
+        &mut self,
+        key: &ShapeKey,
+        signature: Signature,
+        config: &HypatiaConfig,
+    ) -> Option<Turn> {
         match config.race {
             RacePolicy::Never => return None,
             RacePolicy::Burn => return Some(Turn::settled(Side::Burn)),
@@ -432,6 +436,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         &mut self,
         index: usize,
         context: &Context<CubeFusionHandle<R>>,
+        config: &HypatiaConfig,
     ) -> Option<RaceRun<R>> {
         let Step::Fused(fused) = &self.plan.steps[index] else {
             return None;
@@ -443,7 +448,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let [x, w] = [fused.x, fused.w].map(|r| {
             (context.tensors.get(&r.id)).expect("every tensor of a claimed block is in the context")
         });
-        if x.dtype == DType::F32 && config().f32 == F32Precision::Exact {
+        if x.dtype == DType::F32 && config.f32 == F32Precision::Exact {
             // Burn's side may multiply f32 as TF32: exact f32 everywhere is Hypatia's side
             // alone. Under the default Burn's side is Burn's own f32 (decision record 0014).
             return None;
@@ -453,7 +458,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         let w_strides = (context.handles.get_handle_ref(&w.id)).map_or(&[][..], |h| &h.strides);
         let key = ShapeKey::new(&x.shape, &w.shape, &x_handle.strides, w_strides)?;
         let signature = Signature::of(fused, x.dtype);
-        let turn = alternative.turn(&key, signature)?;
+        let turn = alternative.turn(&key, signature, config)?;
         Some(RaceRun {
             key,
             signature,
@@ -476,10 +481,11 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         race: RaceRun<R>,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<F>,
+        config: &HypatiaConfig,
     ) {
         let start = race.client.as_ref().map(settle);
         match race.turn.side {
-            Side::Hypatia => self.run_step(index, context, execution),
+            Side::Hypatia => self.run_step(index, context, execution, config),
             Side::Burn => self.alternative(index).run(context, execution),
         }
         let elapsed =

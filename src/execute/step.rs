@@ -6,7 +6,8 @@ use super::context::*;
 use super::verify::compare;
 use super::{Execution, choose_execution, has_matrix_units};
 use super::{FallbackReason, after_first_launch, before_first_launch, run_unfused};
-use crate::config::{VerifyMode, config};
+use crate::config::{HypatiaConfig, VerifyMode};
+use crate::kernel::EngineChoices;
 use crate::kernel::engine::tensor_core_linear;
 use crate::kernel::{
     EpilogueInputs, LinearOutputs, check_gate, check_linear, launch_bias_activation,
@@ -28,6 +29,8 @@ pub(super) struct Checks<'a> {
     /// Compare with Burn's ops.
     pub(super) verify: VerifyMode,
     pub(super) device_key: &'a str,
+    /// The configuration this execution runs under.
+    pub(super) config: &'a HypatiaConfig,
 }
 
 /// How a step ran.
@@ -190,8 +193,8 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
         .expect("operands of a claimed block are materialised")
         .client
         .clone();
-    let config = config();
-    let kind = choose_execution(&problem, step.epilogue, &client, &config);
+    let config = checks.config;
+    let kind = choose_execution(&problem, step.epilogue, &client, config);
     if kind == Execution::Split && step.out == step.matmul_out {
         run_unfused(step.matmul_ops.iter().copied(), context, execution);
         return Ok(None);
@@ -216,8 +219,8 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
             let outputs = match kind {
                 Execution::Tiled => launch_fused_linear(&problem, &x, &w, epilogue, write_pre),
                 _ => {
-                    let f32 = problem.f32_math(&config);
-                    tensor_core_linear(&problem, &x, &w, epilogue, write_pre, f32)
+                    let choices = EngineChoices::new(config, problem.f32_math(config));
+                    tensor_core_linear(&problem, &x, &w, epilogue, write_pre, &choices)
                 }
             };
             Produced {

@@ -8,7 +8,7 @@ use super::race::{Alternative, AlternativeState};
 use super::step::*;
 use super::{Execution, has_matrix_units};
 use super::{FallbackReason, defer_error, run_unfused};
-use crate::config::{FlushPolicy, VerifyMode, config};
+use crate::config::{FlushPolicy, HypatiaConfig, VerifyMode};
 use crate::host::pace::Pace;
 use crate::kernel::MAX_CHAIN_LAYERS;
 use crate::plan::{FusedLinear, Plan, Step, TensorRef};
@@ -114,21 +114,24 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         self.alternatives.iter().map(state).collect()
     }
 
-    /// Runs the plan: each fused step as one kernel, unless its checks fail, then its ops.
+    /// Runs the plan under `config` (the configuration in force, read once for the whole
+    /// execution by the caller): each fused step as one kernel, unless its checks fail, then
+    /// its ops.
     pub fn execute<F: CubeStream<R>>(
         &mut self,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<F>,
+        config: &HypatiaConfig,
     ) {
         let start = std::time::Instant::now();
         // Decided before the steps run: they may release the tensors whose shapes it reads.
-        let policy = config().flush;
+        let policy = config.flush;
         let gpu_us = match policy {
-            FlushPolicy::Auto | FlushPolicy::Paced => self.predicted_gpu_us(context),
+            FlushPolicy::Auto | FlushPolicy::Paced => self.predicted_gpu_us(context, config),
             FlushPolicy::Never | FlushPolicy::Blocks => 0.0,
         };
         let flush = policy.flushes(gpu_us);
-        let chained = self.run_steps(context, execution);
+        let chained = self.run_steps(context, execution, config);
         // Without waiting: the device thread starts on this block's launches now, instead of
         // when 32 tasks have queued up behind them. A chain launch is a small-batch forward,
         // whose caller waits for it next: flushed when the thread is idle, so the kernel
@@ -159,8 +162,13 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     }
 
     /// The device profile's prediction of the GPU time of this execution's fused steps, µs
-    /// (a step whose shapes are unknown counts 0).
-    pub(super) fn predicted_gpu_us(&self, context: &Context<CubeFusionHandle<R>>) -> f64 {
+    /// (a step whose shapes are unknown counts 0); the profile is `config`'s, else the
+    /// device's built-in one.
+    pub(super) fn predicted_gpu_us(
+        &self,
+        context: &Context<CubeFusionHandle<R>>,
+        config: &HypatiaConfig,
+    ) -> f64 {
         let mut total = 0.0;
         for fused in self.plan.fused() {
             let [Some(x), Some(w)] = [fused.x, fused.w].map(|r| context.tensors.get(&r.id)) else {
@@ -172,7 +180,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             let profile = *self.profile.get_or_init(|| {
                 let matrix_units = (context.handles.get_handle_ref(&x.id))
                     .is_some_and(|handle| has_matrix_units(&handle.client, x.dtype));
-                Profile::for_device(matrix_units, config().profile.as_deref())
+                Profile::for_device(matrix_units, config.profile.as_deref())
             });
             total += profile.gpu_time(m, k, n, x.dtype);
         }
@@ -184,6 +192,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         &mut self,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<F>,
+        config: &HypatiaConfig,
     ) -> bool {
         if let Err(reason) = check_guards(&self.plan, context) {
             for step in self.plan.fused() {
@@ -195,13 +204,13 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         self.summed.clear();
         let (mut index, mut chained) = (0, false);
         while index < self.plan.steps.len() {
-            if let Some((end, launched)) = self.try_chain(index, context, execution) {
+            if let Some((end, launched)) = self.try_chain(index, context, execution, config) {
                 (index, chained) = (end, chained || launched);
                 continue;
             }
-            match self.race_turn(index, context) {
-                Some(race) => self.run_raced(index, race, context, execution),
-                None => self.run_step(index, context, execution),
+            match self.race_turn(index, context, config) {
+                Some(race) => self.run_raced(index, race, context, execution, config),
+                None => self.run_step(index, context, execution, config),
             }
             index += 1;
         }
@@ -214,6 +223,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
         index: usize,
         context: &mut Context<CubeFusionHandle<R>>,
         execution: &OrderedExecution<F>,
+        config: &HypatiaConfig,
     ) {
         let (step, check) = (&self.plan.steps[index], &mut self.checks[index]);
         let fused = match step {
@@ -239,12 +249,13 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                 let verify = if check.verified {
                     VerifyMode::Off
                 } else {
-                    config().verify
+                    config.verify
                 };
                 let checks = Checks {
                     launched: check.launched,
                     verify,
                     device_key: &self.device_key,
+                    config,
                 };
                 run_fused(fused, context, execution, checks)
             }
@@ -272,7 +283,7 @@ impl<R: CubeRuntime> LinearOptimization<R> {
             }
             Err(reason) => {
                 if reason.is_permanent() && check.broken.is_none() {
-                    report_broken(&self.device_key, fused, &reason);
+                    report_broken(&self.device_key, fused, &reason, config.verify);
                     check.broken = Some(reason.clone());
                 }
                 record_fallback(&self.device_key, fused, &reason);
@@ -296,13 +307,18 @@ pub(super) fn record_fallback(device_key: &str, step: &FusedLinear, reason: &Fal
 }
 
 /// A step's kernel failed to launch or disagreed with Burn's ops: said once, loudly; in
-/// strict verify mode a mismatch also fails the user's next sync or read.
-pub(super) fn report_broken(device_key: &str, step: &FusedLinear, reason: &FallbackReason) {
+/// strict verify mode (`verify`) a mismatch also fails the user's next sync or read.
+pub(super) fn report_broken(
+    device_key: &str,
+    step: &FusedLinear,
+    reason: &FallbackReason,
+    verify: VerifyMode,
+) {
     log::warn!(
         "hypatia: {} runs Burn's ops from now on: {reason}",
         step.pattern()
     );
-    if matches!(reason, FallbackReason::Mismatch(_)) && config().verify == VerifyMode::Strict {
+    if matches!(reason, FallbackReason::Mismatch(_)) && verify == VerifyMode::Strict {
         defer_error(device_key, reason.to_string());
     }
 }

@@ -26,6 +26,7 @@ use std::sync::{Arc, Once};
 /// first, say), a server started then keeps its streams: that is logged at `warn` level.
 pub fn configure() {
     static ONCE: Once = Once::new();
+    // The one configuration read in `host`: once per process, before CubeCL starts a device.
     ONCE.call_once(|| {
         if config().gpu_streams != GpuStreams::One {
             return;

@@ -17,7 +17,7 @@
 
 use super::pace::Pace;
 use super::sync::{Answer, Reply, SPIN_MIN_CORES, auto_spins};
-use crate::config::{CollectivePolicy, SubmitPolicy, SyncPolicy, config};
+use crate::config::{CollectivePolicy, SubmitPolicy, SyncPolicy};
 use crate::stats;
 use burn_backend::{Backend, ExecutionError};
 use burn_cubecl::CubeRuntime;
@@ -78,9 +78,9 @@ fn waiter(device: DeviceId) -> Option<DeviceHandle<Waiter>> {
 
 /// The policy [`SubmitPolicy::Auto`] stands for here, with Hypatia started on `devices`
 /// devices.
-fn submit_mode(devices: usize) -> SubmitPolicy {
+fn submit_mode(devices: usize, policy: SubmitPolicy) -> SubmitPolicy {
     static CORES: OnceLock<bool> = OnceLock::new();
-    match config().submit {
+    match policy {
         SubmitPolicy::Auto => {
             let cores = *CORES.get_or_init(|| {
                 std::thread::available_parallelism().map_or(1, usize::from) >= SPIN_MIN_CORES
@@ -146,8 +146,8 @@ pub fn start<R: CubeRuntime, H: FusionRuntime<FusionDevice = R::Device>>(device:
 /// other devices' threads. A thread that records on a device other than the one it last named
 /// leaves that device's ops queued, as [`SubmitPolicy::Batched`] does: only when they run
 /// changes, never what.
-pub fn submitted() {
-    let paced = match submit_mode(DEVICES.load(Ordering::Relaxed)) {
+pub fn submitted(policy: SubmitPolicy) {
+    let paced = match submit_mode(DEVICES.load(Ordering::Relaxed), policy) {
         SubmitPolicy::Batched => return,
         mode => mode == SubmitPolicy::Paced,
     };
@@ -178,8 +178,11 @@ fn flushes(named: Option<DeviceId>, device: DeviceId) -> bool {
 /// device's thread can then block on burn-train's metric channel (one slot) while its
 /// all-reduce waits unlaunched, and the metric thread waits on another device's GPU, which
 /// waits inside NCCL for this device's part: a deadlock (decision record 0010).
-pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(device: &B::Device) {
-    if config().collective == CollectivePolicy::Lazy {
+pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(
+    device: &B::Device,
+    policy: CollectivePolicy,
+) {
+    if policy == CollectivePolicy::Lazy {
         return;
     }
     // No waiter: Hypatia has no tensor on `device` (see [`start`]), so nothing of its waits
@@ -212,8 +215,12 @@ pub fn collective_recorded<R: CubeRuntime, B: FusionBackend>(device: &B::Device)
 /// NCCL is issued before any op the caller records next, and after every all-reduce of the
 /// step, each of which [`collective_recorded`] queued before burn-backend's gradient-sync
 /// server let the caller reach this sync (decision record 0011).
-pub fn collective_synced<B: FusionBackend>(device: &B::Device, sync: fn(&B::Device)) -> bool {
-    if config().collective != CollectivePolicy::Queued {
+pub fn collective_synced<B: FusionBackend>(
+    device: &B::Device,
+    sync: fn(&B::Device),
+    policy: CollectivePolicy,
+) -> bool {
+    if policy != CollectivePolicy::Queued {
         return false;
     }
     let Some(handle) = waiter(device.to_id()) else {
@@ -230,10 +237,13 @@ pub fn collective_synced<B: FusionBackend>(device: &B::Device, sync: fn(&B::Devi
 /// with the caller spinning on its answer (up to `host::sync::SPIN`, then parked), instead
 /// of parking at once on burn-fusion's one-shot channel. The same drain and the same inner
 /// `sync` run, on the caller's stream.
-pub fn fusion_sync<B: FusionBackend>(device: &B::Device) -> Result<(), ExecutionError> {
+pub fn fusion_sync<B: FusionBackend>(
+    device: &B::Device,
+    policy: SyncPolicy,
+) -> Result<(), ExecutionError> {
     // Burn's sync may be the program's first call: CubeCL starts here then.
     super::stream::configure();
-    let spins = match config().sync {
+    let spins = match policy {
         SyncPolicy::Auto => auto_spins(),
         SyncPolicy::Spin => true,
         SyncPolicy::Park => false,
@@ -265,11 +275,14 @@ mod tests {
     /// record 0003); an explicit policy is kept.
     #[test]
     fn auto_submits_batched_on_several_devices() {
-        if config().submit == SubmitPolicy::Auto {
-            assert_eq!(submit_mode(2), SubmitPolicy::Batched);
-            assert_eq!(submit_mode(4), SubmitPolicy::Batched);
-        } else {
-            assert_eq!(submit_mode(2), config().submit);
+        assert_eq!(submit_mode(2, SubmitPolicy::Auto), SubmitPolicy::Batched);
+        assert_eq!(submit_mode(4, SubmitPolicy::Auto), SubmitPolicy::Batched);
+        for explicit in [
+            SubmitPolicy::Eager,
+            SubmitPolicy::Paced,
+            SubmitPolicy::Batched,
+        ] {
+            assert_eq!(submit_mode(2, explicit), explicit);
         }
     }
 

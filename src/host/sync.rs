@@ -16,7 +16,7 @@
 //! take a core from lavapipe's own threads), and while CubeCL's profiling log is on (its
 //! summaries print at `ComputeClient::sync`).
 
-use crate::config::{SyncPolicy, config};
+use crate::config::SyncPolicy;
 use crate::stats;
 use burn_backend::ExecutionError;
 use burn_cubecl::CubeRuntime;
@@ -39,9 +39,9 @@ pub const SPIN: Duration = Duration::from_micros(100);
 pub const SPIN_MIN_CORES: usize = 4;
 
 /// Waits until every op queued on `device` by this thread's stream has run, as
-/// `CubeBackend::sync` does.
-pub fn sync<R: CubeRuntime>(device: &R::Device) -> Result<(), ExecutionError> {
-    let spin = match config().sync {
+/// `CubeBackend::sync` does; `policy` says whether it spins or parks.
+pub fn sync<R: CubeRuntime>(device: &R::Device, policy: SyncPolicy) -> Result<(), ExecutionError> {
+    let spin = match policy {
         SyncPolicy::Auto => auto_spins(),
         SyncPolicy::Spin => true,
         SyncPolicy::Park => false,

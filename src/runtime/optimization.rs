@@ -1,6 +1,7 @@
 //! [`HypatiaRuntime`] and the optimization enum it runs.
 
 use super::{BurnFuser, HypatiaFuser};
+use crate::config::config;
 use crate::execute::LinearOptimization;
 use crate::execute::execute_burn;
 use crate::execute::race::{Alternative, AlternativeState};
@@ -82,7 +83,9 @@ impl<R: CubeRuntime> Optimization<HypatiaRuntime<R>> for HypatiaOptimization<R> 
     ) {
         match self {
             Self::Burn(op) => execute_burn(op, context, execution),
-            Self::Linear(op) => op.execute(context, execution),
+            // The configuration is read here, once an execution, and passed down: nothing
+            // below reads the process's configuration itself.
+            Self::Linear(op) => op.execute(context, execution, &config()),
         }
     }
 

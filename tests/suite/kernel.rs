@@ -261,7 +261,7 @@ fn engine_keys_part_problems_a_candidate_declines() {
     let _serial = serial();
     use burn_cubecl::tensor::CubeTensor;
     use burn_std::{Metadata, Shape, Strides};
-    use hypatia::config::WgmmaOffer;
+    use hypatia::config::{WeightCopies, WgmmaOffer};
     use hypatia::kernel::Epilogue;
     use hypatia::kernel::F32Math;
     use hypatia::kernel::engine::LinearArgs;
@@ -290,20 +290,23 @@ fn engine_keys_part_problems_a_candidate_declines() {
         params: [0.0; 2],
         bias_grad: None,
         f32: F32Math::Burn,
+        // Whatever `HYPATIA_WGMMA` says: each offer is set here.
+        wgmma: WgmmaOffer::Auto,
+        weight_copies: WeightCopies::default(),
     };
-    // Whatever `HYPATIA_WGMMA` says: each offer is set here.
-    let auto = ConfigGuard::set(|c| c.wgmma = WgmmaOffer::Auto);
     let contiguous = args(40, n).key();
     let rows = "rows within a power of two share a key";
     assert_eq!(contiguous, args(33, n).key(), "{rows}");
     let pitched = "a pitched gate has a key of its own";
     assert_ne!(contiguous, args(40, 128).key(), "{pitched}");
-    drop(auto);
     let truncating = LinearArgs {
         f32: F32Math::Tf32,
         ..args(40, n)
     };
     assert_ne!(contiguous, truncating.key(), "so has each TF32 rounding");
-    let _half = ConfigGuard::set(|c| c.wgmma = WgmmaOffer::Half);
-    assert_ne!(contiguous, args(40, n).key(), "so has each wgmma offer");
+    let half = LinearArgs {
+        wgmma: WgmmaOffer::Half,
+        ..args(40, n)
+    };
+    assert_ne!(contiguous, half.key(), "so has each wgmma offer");
 }

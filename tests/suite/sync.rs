@@ -142,12 +142,11 @@ fn a_recorded_collective_runs_its_threads_ops_without_a_sync() {
     let _serial = serial();
     let _submit = ConfigGuard::set(|c| c.submit = SubmitPolicy::Batched);
     for policy in [CollectivePolicy::Lazy, CollectivePolicy::Push] {
-        let _collective = ConfigGuard::set(|c| c.collective = policy);
         let (before, after) = linear_relu_then(61, move |device, before| {
             hypatia::host::submit::collective_recorded::<
                 Runtime,
                 hypatia::HypatiaBackend<Runtime, f32, i32, u32>,
-            >(device);
+            >(device, policy);
             if policy == CollectivePolicy::Lazy {
                 // Nothing flushes: a second is long enough to see it stay queued.
                 std::thread::sleep(std::time::Duration::from_secs(1));
@@ -191,12 +190,11 @@ fn a_queued_collective_sync_runs_on_burn_fusions_thread_under_the_callers_stream
         Fused::sync(device).expect("the queued sync");
     }
     for policy in [CollectivePolicy::Push, CollectivePolicy::Queued] {
-        let _collective = ConfigGuard::set(|c| c.collective = policy);
         *QUEUED_SYNC.lock().unwrap() = None;
-        let (queued, before, after, caller) = linear_relu_then(71, |device, before| {
+        let (queued, before, after, caller) = linear_relu_then(71, move |device, before| {
             let queued = hypatia::host::submit::collective_synced::<
                 hypatia::HypatiaBackend<Runtime, f32, i32, u32>,
-            >(device, sync);
+            >(device, sync, policy);
             let after = if queued {
                 executions_after(before)
             } else {

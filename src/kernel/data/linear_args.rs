@@ -3,6 +3,7 @@
 
 use super::{Epilogue, LinearProblem, Operand};
 pub use crate::config::F32Math;
+use crate::config::{HypatiaConfig, WeightCopies, WgmmaOffer};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -35,6 +36,37 @@ pub struct LinearArgs<R: CubeRuntime> {
     /// How f32 multiplies here, resolved from the configuration for this step: under
     /// [`F32Math::Burn`] only Burn's matmul and the tiled kernel run f32.
     pub f32: F32Math,
+    /// Which element types the Hopper kernel is offered ([`EngineChoices::wgmma`]).
+    pub wgmma: WgmmaOffer,
+    /// Memory for K-major weight copies ([`EngineChoices::weight_copies`]).
+    pub weight_copies: WeightCopies,
+}
+
+/// What the configuration lets the engine run for one step, resolved before the step runs
+/// (the engine reads no configuration itself).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineChoices {
+    /// How f32 multiplies for this problem ([`HypatiaConfig::f32_math`]).
+    pub f32: F32Math,
+    /// Which element types the Hopper `wgmma` kernel is offered ([`HypatiaConfig::wgmma`]).
+    pub wgmma: WgmmaOffer,
+    /// Device memory for K-major copies of f32 weights read again (decision record 0009).
+    pub weight_copies: WeightCopies,
+    /// One candidate that runs every linear it applies to, instead of autotune's choice
+    /// ([`HypatiaConfig::engine_candidate`]).
+    pub candidate: Option<String>,
+}
+
+impl EngineChoices {
+    /// The choices `config` makes for a problem whose f32 multiplies as `f32`.
+    pub fn new(config: &HypatiaConfig, f32: F32Math) -> Self {
+        Self {
+            f32,
+            wgmma: config.wgmma,
+            weight_copies: config.weight_copies_mib,
+            candidate: config.engine_candidate.clone(),
+        }
+    }
 }
 
 impl<R: CubeRuntime> LinearArgs<R> {

@@ -150,7 +150,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
             self.gate.as_ref().map_or("-".into(), layout),
             self.epilogue,
             if self.bias_grad.is_some() { " db" } else { "" },
-            crate::config::config().wgmma,
+            self.wgmma,
             self.f32,
             // Which candidates apply is part of the key: a choice cached under another rule
             // would replay a candidate that now declines (CubeCL's tuner panics then).

@@ -14,7 +14,7 @@ pub use crate::kernel::LinearArgs;
 pub use tiling::{Loading, TILINGS, Tiling, matmul_problem};
 
 use crate::kernel::{
-    EpilogueInputs, F32Math, LinearOutputs, LinearProblem, Operand, alloc, bias_grad_shape,
+    EngineChoices, EpilogueInputs, LinearOutputs, LinearProblem, Operand, alloc, bias_grad_shape,
 };
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -97,15 +97,19 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
         );
     }
     #[cfg(feature = "cuda")]
-    if crate::config::config().wgmma != crate::config::WgmmaOffer::Off {
+    {
         use super::hopper::{WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, launch};
-        // Each tiling declines the element types it does not fit, f32 unless offered, and a
-        // TF32 tiling anything but f32.
+        use crate::config::WgmmaOffer;
+        // Each tiling declines what it is not offered (`args.wgmma`), the element types it
+        // does not fit, and a TF32 tiling anything but f32.
         let entry = |name: String, tiling, f32_only: bool| {
             Entry::tuned(name, move |args: LinearArgs<R>| {
+                if args.wgmma == WgmmaOffer::Off {
+                    return Err("not offered (HYPATIA_WGMMA=off)".into());
+                }
                 args.tf32_allowed()?;
                 let f32 = args.x.dtype == DType::F32;
-                if f32 && crate::config::config().wgmma == crate::config::WgmmaOffer::Half {
+                if f32 && args.wgmma == WgmmaOffer::Half {
                     return Err("f32 is not offered (HYPATIA_WGMMA=half)".into());
                 }
                 if f32_only && !f32 {
@@ -200,15 +204,16 @@ fn tensor<R: CubeRuntime>(handle: CubeFusionHandle<R>, shape: Vec<usize>) -> Cub
 }
 
 /// `epilogue(x · w + bias)` (and the pre-activation if `write_pre`) on the engine's fastest
-/// candidate for this problem on this device, into new contiguous buffers; f32 as `f32` says
-/// (a candidate that cannot round that way declines).
+/// candidate for this problem on this device, into new contiguous buffers, under `choices`:
+/// f32 as `choices.f32` says (a candidate that cannot round that way declines), or the one
+/// candidate it names.
 pub fn tensor_core_linear<R: CubeRuntime>(
     problem: &LinearProblem,
     x: &Operand<R>,
     w: &Operand<R>,
     epilogue: EpilogueInputs<'_, R>,
     write_pre: bool,
-    f32: F32Math,
+    choices: &EngineChoices,
 ) -> LinearOutputs<R> {
     static TUNER: LocalTuner<String, cubecl::CubeTuneId> = local_tuner!();
     let rank = problem.out_shape.len();
@@ -249,7 +254,9 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         x,
         w,
         w_id,
-        f32,
+        f32: choices.f32,
+        wgmma: choices.wgmma,
+        weight_copies: choices.weight_copies,
     };
     let outputs = LinearOutputs {
         out: args.out.clone().into(),
@@ -257,8 +264,8 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         bias_grad: args.bias_grad.clone().map(Into::into),
         shape: problem.out_shape.clone(),
     };
-    if let Some(name) = crate::config::config().engine_candidate.clone() {
-        match run_candidate(&name, args.clone(), true) {
+    if let Some(name) = &choices.candidate {
+        match run_candidate(name, args.clone(), true) {
             Some(Ok(())) => return outputs,
             Some(Err(reason)) => {
                 log::warn!("hypatia: engine candidate `{name}` declined: {reason}")

@@ -12,6 +12,7 @@
 //! read going first; the tensor's last reader drops its copies ([`forget`]).
 
 use super::transpose::transposed;
+use crate::config::WeightCopies;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use std::any::Any;
@@ -108,11 +109,12 @@ pub(crate) static COPIES: Mutex<Copies<Box<dyn Any + Send>>> = Mutex::new(Copies
 static RECORDED: AtomicBool = AtomicBool::new(false);
 
 /// `w`'s `[k, n]` matrix (`dims`: `[k, n, pitch]`) K-major: the copy kept under `w`'s id
-/// `id`, else a new one, kept if the module's rules say so.
+/// `id`, else a new one, kept if the module's rules and `budget` say so.
 pub(crate) fn k_major<R: CubeRuntime>(
     w: &CubeTensor<R>,
     id: Option<u64>,
     dims: [usize; 3],
+    budget: WeightCopies,
 ) -> Result<CubeTensor<R>, String> {
     let Some(id) = id else {
         return transposed(w, dims);
@@ -127,7 +129,7 @@ pub(crate) fn k_major<R: CubeRuntime>(
         return Ok(copy.clone());
     }
     let copy = transposed(w, dims)?;
-    let budget = crate::config::config().weight_copies_mib.bytes();
+    let budget = budget.bytes();
     copies.made(key, dims[0] * dims[1] * 4, Box::new(copy.clone()), budget);
     Ok(copy)
 }
