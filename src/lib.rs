@@ -169,4 +169,6 @@ mod book {
     struct Decision0016;
     #[doc = include_str!("../docs/decisions/0017-one-test-build.md")]
     struct Decision0017;
+    #[doc = include_str!("../docs/decisions/0018-configuration-passed-down.md")]
+    struct Decision0018;
 }

@@ -8,7 +8,10 @@
 //! project keep one file. An unknown key or value is an error that names the valid ones.
 //!
 //! [`set_config`] replaces it for the whole process at any time (tests and benchmarks compare
-//! settings in one process); [`config`] is the configuration in force.
+//! settings in one process); [`config`] is the configuration in force. It is read where Burn
+//! calls into Hypatia (the fuser once a block, an optimization once an execution, the backend
+//! at each sync and hand-over) and passed down from there: `execute`, `kernel` and `host` take
+//! it, or the choices resolved from it, as arguments (decision record 0018).
 //!
 //! ```
 //! use hypatia::config::{HypatiaConfig, RacePolicy};
