@@ -26,23 +26,29 @@
 //!    activation, and ReLU's backward).
 //! 3. **[`plan`]**: the cheapest extraction becomes a serialisable [`Plan`](plan::Plan) that
 //!    replays without egg.
-//! 4. **[`execute`]**: a plan's steps run in order, each as one fused kernel, a chained run of
+//! 4. **`execute`**: a plan's steps run in order, each as one fused kernel, a chained run of
 //!    layers, or a turn of its race against Burn's own fused matmul; a step whose kernel cannot
 //!    run (or whose first launch or verification fails) runs Burn's own ops, exactly as before.
-//! 5. **[`kernel`]**: the kernels a step launches: a CubeCL tiled matmul with a bias +
+//! 5. **`kernel`**: the kernels a step launches: a CubeCL tiled matmul with a bias +
 //!    activation epilogue, the tensor-core engine (cubek tilings, Burn's matmul, Hypatia's
 //!    Hopper `wgmma` kernel, autotuned), the MLP chain.
 //!
 //! Whatever Hypatia does not claim runs on the inner backend, and Burn's own fusers still see
 //! every op Hypatia leaves alone.
 //!
-//! [`runtime`] holds the burn-fusion roles that tie the stages together, [`backend`] the types that
-//! forward every op (to burn-fusion, and from it to the inner `CubeBackend`), [`host`] how the
+//! `runtime` holds the burn-fusion roles that tie the stages together, `backend` the types that
+//! forward every op (to burn-fusion, and from it to the inner `CubeBackend`), `host` how the
 //! caller's, burn-fusion's and CubeCL's threads hand work to each other, [`config`] every
 //! setting (`hypatia.toml`, `HYPATIA_*`), and [`stats()`] tells what was fused and why not.
-//! Imports go one way, from [`backend`] and [`runtime`] down the stages to [`config`], which
+//! Imports go one way, from `backend` and `runtime` down the stages to [`config`], which
 //! imports nothing of the crate: no stage names the runtime that registers the fusers, so a port
 //! to another way of registering them touches `runtime` and `backend` only.
+//!
+//! The public API is what a user and a rule author need: the backend type and its stats, the
+//! configuration, and the rewrite, plan and capture stages, which run without a device. The
+//! running half (`backend`, `execute`, `host`, `kernel`, `runtime`) is the crate's own; its
+//! tests, benchmarks and examples see it as public modules through the `internals` feature,
+//! and the hand-written op streams of `capture::fixtures` through `fixtures`.
 //!
 //! The rewrite stage needs no device:
 //!
@@ -58,19 +64,42 @@
 //! assert_eq!(best.to_string(), "(fused-linear-relu t1:f32:1x2 t2:f32:2x3 t3:f32:3)");
 //! ```
 #![warn(missing_docs)]
+// What the crate's tests, benchmarks and examples call is public there (`internals`); a user's
+// build compiles the same code without them, where their helpers are unused. The `internals`
+// build (CI's clippy of every target) still finds what nothing uses.
+#![cfg_attr(not(feature = "internals"), allow(dead_code, unused_imports))]
 
-pub mod backend;
 pub mod capture;
 pub mod config;
-pub mod execute;
-pub mod host;
-pub mod kernel;
 pub mod plan;
 pub mod rewrite;
-pub mod runtime;
 mod stats;
 
+// The running half: public to the crate's own tests, benchmarks and examples only (its
+// dev-dependency on itself turns `internals` on).
+#[cfg(feature = "internals")]
+pub mod backend;
+#[cfg(not(feature = "internals"))]
+mod backend;
+#[cfg(feature = "internals")]
+pub mod execute;
+#[cfg(not(feature = "internals"))]
+mod execute;
+#[cfg(feature = "internals")]
+pub mod host;
+#[cfg(not(feature = "internals"))]
+mod host;
+#[cfg(feature = "internals")]
+pub mod kernel;
+#[cfg(not(feature = "internals"))]
+mod kernel;
+#[cfg(feature = "internals")]
+pub mod runtime;
+#[cfg(not(feature = "internals"))]
+mod runtime;
+
 pub use backend::{HypatiaBackend, HypatiaFusion};
+pub use kernel::{Activation, Epilogue};
 pub use runtime::{HypatiaFuser, HypatiaOptimization, HypatiaRuntime};
 pub use stats::{
     EggStats, FusedPattern, FusionStats, HostStats, PatternCounters, PatternStats, reset_stats,

@@ -15,24 +15,24 @@ pub struct PatternStats {
     /// Tiled kernel launches (one per step; for [`FusedPattern::MlpChain`], chain launches).
     pub tiled: u64,
     /// Steps run on the tensor-core engine: its autotuned fastest candidate for the whole
-    /// linear (see [`crate::kernel::engine`]).
+    /// linear (see `kernel::engine`).
     pub tensor_core: u64,
     /// Split executions: the inner backend's matmul, then Hypatia's bias + activation kernel
-    /// (problems where the inner matmul is faster; see [`crate::execute::choose_execution`]).
+    /// (problems where the inner matmul is faster; see `execute::choose_execution`).
     pub split: u64,
-    /// Steps run as one layer of an MLP-chain launch (see [`crate::kernel::chain`]); the
+    /// Steps run as one layer of an MLP-chain launch (see `kernel::chain`); the
     /// `mlp-chain` entry counts the launches in `executed`.
     pub chained: u64,
     /// Bias gradients (`Σ_rows` of a relu-backward step's output) the step's kernel produced,
     /// whose `sum_dim` ops were then skipped (see [`crate::plan::BiasGrad`]).
     pub bias_grads: u64,
-    /// Steps whose result [verify mode](crate::execute::verify) compared with Burn's ops and
+    /// Steps whose result verify mode (`execute::verify`) compared with Burn's ops and
     /// found equal (the first execution of each step while verification is on).
     pub verified: u64,
     /// Plans that ran Burn's ops instead, by reason (checked at run time).
     pub fallbacks: BTreeMap<String, u64>,
     /// Real shapes at which a step was timed against Burn's own way of running its ops and
-    /// a winner chosen (see [`crate::execute::race`]).
+    /// a winner chosen (see `execute::race`).
     pub raced: u64,
     /// Executions of a step while its race at that shape was undecided (warm-up and timed
     /// runs, each between device syncs): a benchmark's warm-up is over when these stop.

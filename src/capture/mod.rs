@@ -6,6 +6,7 @@
 //! id (`0` always stands for size 1) and a scalar is only an id into the context. So nothing here
 //! may depend on real sizes or scalar values; the plan records what must be checked at run time.
 
+#[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 mod window;
 

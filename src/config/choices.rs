@@ -244,7 +244,7 @@ impl FlushPolicy {
     }
 }
 
-/// What verification does (see [`execute::verify`](crate::execute::verify)).
+/// What verification does (see `execute::verify`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum VerifyMode {

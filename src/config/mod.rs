@@ -62,7 +62,7 @@ pub struct HypatiaConfig {
     /// decision record 0012).
     pub gpu_streams: GpuStreams,
     /// Whether the first run of each fused step is checked against Burn's ops
-    /// (`HYPATIA_VERIFY`; see [`execute::verify`](crate::execute::verify)).
+    /// (`HYPATIA_VERIFY`; see `execute::verify`).
     pub verify: VerifyMode,
     /// Patterns the fuser leaves to Burn, for measuring what each is worth
     /// (`HYPATIA_DISABLE=matmul,matmul-relu-grad`).

@@ -46,7 +46,7 @@ pub struct FusedLinear {
     /// The matmul-side tensor the bias add reads.
     pub matmul_out: TensorId,
     /// The step may run in one MLP-chain launch with the fused step before it, whose `out` is
-    /// this step's `x` (see [`crate::kernel::chain`]).
+    /// this step's `x` (see `kernel::chain`).
     #[serde(default)]
     pub chained: bool,
     /// The bias gradient that the step also produces: `Σ_rows out` (relu's backward, where the

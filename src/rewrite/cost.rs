@@ -98,7 +98,7 @@ impl CostFunction<TensorLang> for CostModel {
 
 /// Extraction by predicted time (µs) on a device [`Profile`], for e-graphs whose leaves carry
 /// real sizes (the rewrite API, tools; a captured window has relative dims, and there the same
-/// profile decides at run time, see [`crate::execute::choose_chain`]).
+/// profile decides at run time, see `execute::choose_chain`).
 ///
 /// A fused node costs one layer launch ([`Profile::layer_time`]); a `chain-*` node costs what
 /// its layer adds to the chain's launch (every cube streams the layer's weights and computes

@@ -209,7 +209,7 @@ impl Profile {
     }
 
     /// Predicted µs one layer of `n` outputs over `m` rows adds to a grid-wide chain launch:
-    /// its waves of work items ([`grid_item`]). `None` where
+    /// its waves of work items (`grid_item`). `None` where
     /// the grid-wide kernel does not run.
     pub fn grid_layer_time(&self, m: usize, n: usize, dtype: DType) -> Option<f64> {
         let grid = self.grid?;
