@@ -181,7 +181,8 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
         args.runs,
         || {
             let epilogue = EpilogueInputs::new(args.epilogue(), Some(&b));
-            tensor_core_linear(&problem, &x, &w, epilogue, false, &choices)
+            let candidate = config.engine_candidate.as_deref();
+            tensor_core_linear(&problem, &x, &w, epilogue, false, choices, candidate)
         },
         || Bare::<F>::sync(&device).expect("sync"),
     )

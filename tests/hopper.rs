@@ -30,7 +30,7 @@ use hypatia::kernel::hopper::{
     launch, supported,
 };
 use hypatia::kernel::{ChainLayer, ChainLimits, check_chain};
-use hypatia::kernel::{Epilogue, F32Math, Operand};
+use hypatia::kernel::{EngineChoices, Epilogue, F32Math, Operand};
 
 /// One problem: `x` of shape `lead ++ [m, k]`, `w` `[k, n]`.
 #[derive(Clone, Copy, Debug)]
@@ -504,10 +504,8 @@ fn run_args<H: Float>(
         gate: gated.then(|| dev.upload::<H>(&p.gate, p.out_shape.clone(), out_strides.clone())),
         params: PARAMS,
         bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
-        f32: F32Math::Tf32,
         // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
-        wgmma: hypatia::config::config().wgmma,
-        weight_copies: hypatia::config::config().weight_copies_mib,
+        choices: EngineChoices::new(&hypatia::config::config(), F32Math::Tf32),
     };
     go(args.clone())?;
     let check = || {
@@ -786,10 +784,8 @@ fn wgmma_declines_what_it_cannot_run() {
         gate: None,
         params: [0.0; 2],
         bias_grad: None,
-        f32: F32Math::Tf32,
         // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
-        wgmma: hypatia::config::config().wgmma,
-        weight_copies: hypatia::config::config().weight_copies_mib,
+        choices: EngineChoices::new(&hypatia::config::config(), F32Math::Tf32),
     };
     let err = launch(WGMMA_TILINGS[0], &args).unwrap_err();
     assert!(err.contains("multiples of 8"), "{err}");

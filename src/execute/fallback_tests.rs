@@ -1,10 +1,8 @@
 //! Faults injected into fused steps, and verify mode, on the build's default device (wgpu,
 //! lavapipe without a GPU; CUDA with the `cuda` feature). Each test uses a window of its own (rank and equal dims differ), so that
 //! burn-fusion's plan store, shared by the process, hands each a fresh optimization.
-use crate::config::FusedPattern;
-
 use super::{Fault, VerifyMode, inject_fault};
-use crate::config::{RacePolicy, update_config};
+use crate::config::{FusedPattern, RacePolicy, update_config};
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 

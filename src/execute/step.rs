@@ -220,7 +220,8 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
                 Execution::Tiled => launch_fused_linear(&problem, &x, &w, epilogue, write_pre),
                 _ => {
                     let choices = EngineChoices::new(config, problem.f32_math(config));
-                    tensor_core_linear(&problem, &x, &w, epilogue, write_pre, &choices)
+                    let candidate = config.engine_candidate.as_deref();
+                    tensor_core_linear(&problem, &x, &w, epilogue, write_pre, choices, candidate)
                 }
             };
             Produced {

@@ -263,8 +263,8 @@ fn engine_keys_part_problems_a_candidate_declines() {
     use burn_std::{Metadata, Shape, Strides};
     use hypatia::config::{WeightCopies, WgmmaOffer};
     use hypatia::kernel::Epilogue;
-    use hypatia::kernel::F32Math;
     use hypatia::kernel::engine::LinearArgs;
+    use hypatia::kernel::{EngineChoices, F32Math};
     let device = device();
     let client = <Runtime as cubecl::Runtime>::client(&device);
     let tensor = |shape: [usize; 2], strides: [usize; 2]| {
@@ -289,23 +289,32 @@ fn engine_keys_part_problems_a_candidate_declines() {
         gate: Some(tensor([m, n], [gate_pitch, 1])),
         params: [0.0; 2],
         bias_grad: None,
-        f32: F32Math::Burn,
         // Whatever `HYPATIA_WGMMA` says: each offer is set here.
-        wgmma: WgmmaOffer::Auto,
-        weight_copies: WeightCopies::default(),
+        choices: EngineChoices {
+            f32: F32Math::Burn,
+            wgmma: WgmmaOffer::Auto,
+            weight_copies: WeightCopies::default(),
+        },
     };
     let contiguous = args(40, n).key();
     let rows = "rows within a power of two share a key";
     assert_eq!(contiguous, args(33, n).key(), "{rows}");
     let pitched = "a pitched gate has a key of its own";
     assert_ne!(contiguous, args(40, 128).key(), "{pitched}");
+    let base = args(40, n).choices;
     let truncating = LinearArgs {
-        f32: F32Math::Tf32,
+        choices: EngineChoices {
+            f32: F32Math::Tf32,
+            ..base
+        },
         ..args(40, n)
     };
     assert_ne!(contiguous, truncating.key(), "so has each TF32 rounding");
     let half = LinearArgs {
-        wgmma: WgmmaOffer::Half,
+        choices: EngineChoices {
+            wgmma: WgmmaOffer::Half,
+            ..base
+        },
         ..args(40, n)
     };
     assert_ne!(contiguous, half.key(), "so has each wgmma offer");

@@ -33,28 +33,21 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub params: [f32; 2],
     /// `Σ_rows out` ([`LinearOutputs::bias_grad`](crate::kernel::LinearOutputs::bias_grad)), contiguous, when asked for.
     pub bias_grad: Option<CubeTensor<R>>,
-    /// How f32 multiplies here, resolved from the configuration for this step: under
-    /// [`F32Math::Burn`] only Burn's matmul and the tiled kernel run f32.
-    pub f32: F32Math,
-    /// Which element types the Hopper kernel is offered ([`EngineChoices::wgmma`]).
-    pub wgmma: WgmmaOffer,
-    /// Memory for K-major weight copies ([`EngineChoices::weight_copies`]).
-    pub weight_copies: WeightCopies,
+    /// What the configuration lets the candidates do for this step.
+    pub choices: EngineChoices,
 }
 
-/// What the configuration lets the engine run for one step, resolved before the step runs
-/// (the engine reads no configuration itself).
-#[derive(Clone, Debug, PartialEq)]
+/// What the configuration lets the engine's candidates do for one step, resolved before the
+/// step runs (the engine reads no configuration itself).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineChoices {
-    /// How f32 multiplies for this problem ([`HypatiaConfig::f32_math`]).
+    /// How f32 multiplies for this problem ([`HypatiaConfig::f32_math`]): under
+    /// [`F32Math::Burn`] only Burn's matmul and the tiled kernel run f32.
     pub f32: F32Math,
     /// Which element types the Hopper `wgmma` kernel is offered ([`HypatiaConfig::wgmma`]).
     pub wgmma: WgmmaOffer,
     /// Device memory for K-major copies of f32 weights read again (decision record 0009).
     pub weight_copies: WeightCopies,
-    /// One candidate that runs every linear it applies to, instead of autotune's choice
-    /// ([`HypatiaConfig::engine_candidate`]).
-    pub candidate: Option<String>,
 }
 
 impl EngineChoices {
@@ -64,7 +57,6 @@ impl EngineChoices {
             f32,
             wgmma: config.wgmma,
             weight_copies: config.weight_copies_mib,
-            candidate: config.engine_candidate.clone(),
         }
     }
 }

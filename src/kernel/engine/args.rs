@@ -88,7 +88,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
 
     /// Whether a TF32 candidate may run this problem: not in f32 under [`F32Math::Burn`].
     pub(super) fn tf32_allowed(&self) -> Result<(), String> {
-        if self.x.dtype == burn_backend::DType::F32 && self.f32 == F32Math::Burn {
+        if self.x.dtype == burn_backend::DType::F32 && self.choices.f32 == F32Math::Burn {
             // Hypatia's TF32 kernels: 6.6e-4 from float64, Burn's matmul 1.6e-5 at 2048³
             // (decision record 0014).
             return Err("f32 follows Burn's matmul here (f32 = \"burn\")".into());
@@ -150,8 +150,8 @@ impl<R: CubeRuntime> LinearArgs<R> {
             self.gate.as_ref().map_or("-".into(), layout),
             self.epilogue,
             if self.bias_grad.is_some() { " db" } else { "" },
-            self.wgmma,
-            self.f32,
+            self.choices.wgmma,
+            self.choices.f32,
             // Which candidates apply is part of the key: a choice cached under another rule
             // would replay a candidate that now declines (CubeCL's tuner panics then).
             if self.below_tilings().is_err() {

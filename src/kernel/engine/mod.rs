@@ -100,16 +100,16 @@ fn candidates<R: CubeRuntime>() -> Vec<Entry<R>> {
     {
         use super::hopper::{WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, launch};
         use crate::config::WgmmaOffer;
-        // Each tiling declines what it is not offered (`args.wgmma`), the element types it
+        // Each tiling declines what it is not offered (`args.choices.wgmma`), the element types it
         // does not fit, and a TF32 tiling anything but f32.
         let entry = |name: String, tiling, f32_only: bool| {
             Entry::tuned(name, move |args: LinearArgs<R>| {
-                if args.wgmma == WgmmaOffer::Off {
+                if args.choices.wgmma == WgmmaOffer::Off {
                     return Err("not offered (HYPATIA_WGMMA=off)".into());
                 }
                 args.tf32_allowed()?;
                 let f32 = args.x.dtype == DType::F32;
-                if f32 && args.wgmma == WgmmaOffer::Half {
+                if f32 && args.choices.wgmma == WgmmaOffer::Half {
                     return Err("f32 is not offered (HYPATIA_WGMMA=half)".into());
                 }
                 if f32_only && !f32 {
@@ -204,16 +204,18 @@ fn tensor<R: CubeRuntime>(handle: CubeFusionHandle<R>, shape: Vec<usize>) -> Cub
 }
 
 /// `epilogue(x · w + bias)` (and the pre-activation if `write_pre`) on the engine's fastest
-/// candidate for this problem on this device, into new contiguous buffers, under `choices`:
-/// f32 as `choices.f32` says (a candidate that cannot round that way declines), or the one
-/// candidate it names.
+/// candidate for this problem on this device, into new contiguous buffers, under `choices`
+/// (f32 as `choices.f32` says: a candidate that cannot round that way declines); `candidate`
+/// names one that runs instead of autotune's choice, where it applies
+/// ([`HypatiaConfig::engine_candidate`](crate::config::HypatiaConfig::engine_candidate)).
 pub fn tensor_core_linear<R: CubeRuntime>(
     problem: &LinearProblem,
     x: &Operand<R>,
     w: &Operand<R>,
     epilogue: EpilogueInputs<'_, R>,
     write_pre: bool,
-    choices: &EngineChoices,
+    choices: EngineChoices,
+    candidate: Option<&str>,
 ) -> LinearOutputs<R> {
     static TUNER: LocalTuner<String, cubecl::CubeTuneId> = local_tuner!();
     let rank = problem.out_shape.len();
@@ -254,9 +256,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         x,
         w,
         w_id,
-        f32: choices.f32,
-        wgmma: choices.wgmma,
-        weight_copies: choices.weight_copies,
+        choices,
     };
     let outputs = LinearOutputs {
         out: args.out.clone().into(),
@@ -264,7 +264,7 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         bias_grad: args.bias_grad.clone().map(Into::into),
         shape: problem.out_shape.clone(),
     };
-    if let Some(name) = &choices.candidate {
+    if let Some(name) = candidate {
         match run_candidate(name, args.clone(), true) {
             Some(Ok(())) => return outputs,
             Some(Err(reason)) => {

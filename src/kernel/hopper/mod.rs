@@ -181,7 +181,12 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     };
     let (w, b_k_major, w_pitch) = match tf32 && !b_k_major {
         true => (
-            copies::k_major(&args.w, args.w_id, [k, n, w_pitch], args.weight_copies)?,
+            copies::k_major(
+                &args.w,
+                args.w_id,
+                [k, n, w_pitch],
+                args.choices.weight_copies,
+            )?,
             true,
             k,
         ),
