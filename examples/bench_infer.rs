@@ -20,7 +20,7 @@ mod bench;
 #[path = "common/device.rs"]
 mod device;
 use bench::runtime::*;
-use bench::{Mlp, PerDtype, median, rows_for, write_json};
+use bench::{Mlp, PerDtype, median, run_table};
 
 type Bare<F> = burn_cubecl::CubeBackend<Runtime, F, i32, u8>;
 
@@ -224,24 +224,7 @@ fn main() {
     device::require_device();
     env_logger::init();
     let args = Args::parse();
-    if !args.no_header {
-        println!(
-            "{:<16} {:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>18}  fused per forward",
-            "widths",
-            "batch",
-            "dtype",
-            "hypatia",
-            "burn",
-            "cube",
-            "vs burn",
-            "host hy",
-            "host bu",
-            "sync hy",
-            "sync bu",
-            "sync cu",
-            "hy us fus/exe/med"
-        );
-    }
-    let rows = rows_for(&args.dtypes, &args);
-    write_json(args.json.as_deref(), &rows);
+    let columns = "widths:<16|batch:5|dtype:5|hypatia:9|burn:9|cube:9|vs burn:9|host hy:9|host bu:9|sync hy:7|sync bu:7|sync cu:7|hy us fus/exe/med:18|fused per forward";
+    let json = args.json.as_deref();
+    run_table(&args, &args.dtypes, args.no_header, columns, json);
 }

@@ -21,7 +21,7 @@ mod bench;
 #[path = "common/device.rs"]
 mod device;
 use bench::runtime::*;
-use bench::{PerDtype, median, rows_for, write_json};
+use bench::{PerDtype, median, run_table};
 
 type Bare<F> = burn_cubecl::CubeBackend<Runtime, F, i32, u8>;
 
@@ -323,22 +323,7 @@ impl PerDtype<Row> for Args {
 fn main() {
     let args = Args::parse();
     device::require_device();
-    if !args.no_header {
-        println!(
-            "{:<18} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>7} {:>7}  path",
-            "M x K x N",
-            "dtype",
-            "hypatia",
-            "engine",
-            "burn",
-            "cube",
-            "TF/s hy",
-            "TF/s bu",
-            "vs burn",
-            "host hy",
-            "host bu"
-        );
-    }
-    let rows = rows_for(&args.dtypes, &args);
-    write_json(args.json.as_deref(), &rows);
+    let columns = "M x K x N:<18|dtype:5|hypatia:10|engine:10|burn:10|cube:10|TF/s hy:8|TF/s bu:8|vs burn:8|host hy:7|host bu:7|path";
+    let json = args.json.as_deref();
+    run_table(&args, &args.dtypes, args.no_header, columns, json);
 }

@@ -29,7 +29,7 @@ mod bench;
 #[path = "common/device.rs"]
 mod device;
 use bench::runtime::*;
-use bench::{Mlp, PerDtype, median, rows_for, write_json};
+use bench::{Mlp, PerDtype, median, run_table};
 #[path = "common/memory.rs"]
 mod memory;
 
@@ -347,22 +347,7 @@ fn main() {
     // RUST_LOG=hypatia=debug shows what each window planned or why it was declined.
     env_logger::init();
     let args = Args::parse();
-    if !args.no_header {
-        println!(
-            "{:<22} {:>5} {:>9} {:>9} {:>8} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  fused/step (linear-relu/relu-grad/matmul)",
-            "batch:d_in:hidden:d_out",
-            "dtype",
-            "hypatia",
-            "burn",
-            "vs burn",
-            "TF/s hy",
-            "TF/s bu",
-            "MiB hy",
-            "MiB bu",
-            "peak hy",
-            "peak bu"
-        );
-    }
-    let rows = rows_for(&args.dtypes, &args);
-    write_json(args.json.as_deref(), &rows);
+    let columns = "batch:d_in:hidden:d_out:<22|dtype:5|hypatia:9|burn:9|vs burn:8|TF/s hy:7|TF/s bu:7|MiB hy:9|MiB bu:9|peak hy:9|peak bu:9|fused/step (linear-relu/relu-grad/matmul)";
+    let json = args.json.as_deref();
+    run_table(&args, &args.dtypes, args.no_header, columns, json);
 }

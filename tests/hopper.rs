@@ -259,16 +259,11 @@ impl Float for f32 {
 /// padding it must not read.
 const POISON: u32 = 0x7FC1_7FC1;
 
-/// Deterministic values in [-1, 1).
+/// Deterministic values in [-1, 1) (the suite's, in f64).
 fn values(len: usize, seed: u64) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((state >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-        })
+    common::values(seed, len)
+        .into_iter()
+        .map(f64::from)
         .collect()
 }
 

@@ -65,8 +65,41 @@ fn run_child<Row: serde::de::DeserializeOwned>(dtype: &str) -> Vec<Row> {
     serde_json::from_str(&rows).expect("child's rows")
 }
 
+/// A table header from `columns`, `|`-separated: `name:W` right-aligns `name` in `W`
+/// characters, `name:<W` left-aligns it, and a column without a width is printed as it is.
+fn header(columns: &str) -> String {
+    let cells: Vec<String> = columns
+        .split('|')
+        .map(|column| match column.rsplit_once(':') {
+            Some((name, width)) if width.starts_with('<') => {
+                format!("{name:<w$}", w = width[1..].parse().expect("a width"))
+            }
+            Some((name, width)) => format!("{name:>w$}", w = width.parse().expect("a width")),
+            None => format!(" {column}"),
+        })
+        .collect();
+    cells.join(" ")
+}
+
+/// A benchmark's whole run: the table's header (`columns`, see [`header`]) unless
+/// `no_header` (a per-dtype child leaves it to its parent), the rows of each of `dtypes`
+/// (see [`rows_for`]), and the rows as JSON to `json` if given.
+pub fn run_table<Row: serde::de::DeserializeOwned + serde::Serialize>(
+    bench: &impl PerDtype<Row>,
+    dtypes: &str,
+    no_header: bool,
+    columns: &str,
+    json: Option<&std::path::Path>,
+) {
+    if !no_header {
+        println!("{}", header(columns));
+    }
+    let rows = rows_for(dtypes, bench);
+    write_json(json, &rows);
+}
+
 /// Writes `rows` as pretty JSON to `path`, if given.
-pub fn write_json<Row: serde::Serialize>(path: Option<&std::path::Path>, rows: &[Row]) {
+fn write_json<Row: serde::Serialize>(path: Option<&std::path::Path>, rows: &[Row]) {
     if let Some(path) = path {
         std::fs::write(
             path,
@@ -78,7 +111,7 @@ pub fn write_json<Row: serde::Serialize>(path: Option<&std::path::Path>, rows: &
 
 /// The rows for `dtypes` (comma separated): one dtype runs here through `bench`, several run
 /// one child process each.
-pub fn rows_for<Row: serde::de::DeserializeOwned>(
+fn rows_for<Row: serde::de::DeserializeOwned>(
     dtypes: &str,
     bench: &impl PerDtype<Row>,
 ) -> Vec<Row> {

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each example uses part of it
 
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::nn::LinearConfig;
 use burn::prelude::*;
 use burn::record::{DefaultRecorder, RecorderError};
 use std::path::{Path, PathBuf};
@@ -32,36 +32,23 @@ pub fn default_out_dir() -> PathBuf {
     PathBuf::from("target/mlp-example")
 }
 
-/// Linear-ReLU-Linear-ReLU-Linear: two of Hypatia's fused Linear+ReLU kernels per forward.
-#[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
-    hidden1: Linear<B>,
-    hidden2: Linear<B>,
-    output: Linear<B>,
-    act: Relu,
-}
+#[path = "model.rs"]
+mod model;
+pub use model::Mlp;
 
 impl<B: Backend> Mlp<B> {
     /// A freshly initialised model with `hidden` units in each hidden layer.
     pub fn new(hidden: usize, device: &B::Device) -> Self {
-        Self {
-            hidden1: LinearConfig::new(FEATURES, hidden).init(device),
-            hidden2: LinearConfig::new(hidden, hidden).init(device),
-            output: LinearConfig::new(hidden, CLASSES).init(device),
-            act: Relu::new(),
-        }
-    }
-
-    /// Logits `[batch, CLASSES]`.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.act.forward(self.hidden1.forward(x));
-        let x = self.act.forward(self.hidden2.forward(x));
-        self.output.forward(x)
+        Self::from_layers([
+            LinearConfig::new(FEATURES, hidden).init(device),
+            LinearConfig::new(hidden, hidden).init(device),
+            LinearConfig::new(hidden, CLASSES).init(device),
+        ])
     }
 
     /// The hidden width this model was built with.
     pub fn hidden(&self) -> usize {
-        self.hidden1.weight.dims()[1]
+        self.layers()[0].weight.dims()[1]
     }
 
     /// Saves the parameters in `dir` with Burn's default recorder (named MessagePack), and

@@ -80,6 +80,37 @@ pub const fn case(m: usize, k: usize, n: usize) -> Case {
     }
 }
 
+impl Case {
+    /// The same case with x's leading dims `lead`.
+    pub const fn lead(self, lead: &'static [usize]) -> Case {
+        Case { lead, ..self }
+    }
+
+    /// The same case with x stored transposed.
+    pub const fn transposed_x(self) -> Case {
+        Case {
+            transpose_x: true,
+            ..self
+        }
+    }
+
+    /// The same case with w stored transposed.
+    pub const fn transposed_w(self) -> Case {
+        Case {
+            transpose_w: true,
+            ..self
+        }
+    }
+
+    /// The same case with NaN and ±Inf in x.
+    pub const fn with_specials(self) -> Case {
+        Case {
+            specials: true,
+            ..self
+        }
+    }
+}
+
 /// Runs the case on `B`; returns the output and the inputs as `B` holds them (rounded to
 /// its float type, in logical layout) for the float64 reference.
 fn forward<B: Backend, const D: usize>(
@@ -223,11 +254,7 @@ pub fn check_half<F: burn_cubecl::FloatElement>() {
         return;
     }
     check::<PlainOf<F>, FusedOf<F>, 2>(SHAPES);
-    let cases = [Case {
-        lead: &[3],
-        transpose_w: true,
-        ..case(17, 33, 65)
-    }];
+    let cases = [case(17, 33, 65).lead(&[3]).transposed_w()];
     check::<PlainOf<F>, FusedOf<F>, 3>(&cases);
 }
 

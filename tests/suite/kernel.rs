@@ -16,21 +16,9 @@ fn matches_burn_f32_on_odd_and_tile_shapes() {
 #[test]
 fn matches_burn_on_rank_three_input() {
     let _serial = serial();
-    let cases = [
-        Case {
-            lead: &[3],
-            ..case(17, 33, 65)
-        },
-        Case {
-            lead: &[2],
-            ..case(1, 5, 7)
-        },
-    ];
+    let cases = [case(17, 33, 65).lead(&[3]), case(1, 5, 7).lead(&[2])];
     check::<Plain, Fused, 3>(&cases);
-    let cases = [Case {
-        lead: &[2, 3],
-        ..case(9, 10, 11)
-    }];
+    let cases = [case(9, 10, 11).lead(&[2, 3])];
     check::<Plain, Fused, 4>(&cases);
 }
 
@@ -38,24 +26,10 @@ fn matches_burn_on_rank_three_input() {
 fn matches_burn_on_transposed_operands() {
     let _serial = serial();
     let cases = [
-        Case {
-            transpose_w: true,
-            ..case(17, 33, 65)
-        },
-        Case {
-            transpose_x: true,
-            ..case(17, 33, 65)
-        },
-        Case {
-            transpose_x: true,
-            transpose_w: true,
-            ..case(33, 17, 9)
-        },
-        Case {
-            lead: &[2],
-            transpose_x: true,
-            ..case(9, 10, 11)
-        },
+        case(17, 33, 65).transposed_w(),
+        case(17, 33, 65).transposed_x(),
+        case(33, 17, 9).transposed_x().transposed_w(),
+        case(9, 10, 11).lead(&[2]).transposed_x(),
     ];
     check::<Plain, Fused, 2>(&cases[..3]);
     check::<Plain, Fused, 3>(&cases[3..]);
@@ -65,27 +39,34 @@ fn matches_burn_on_transposed_operands() {
 fn keeps_nan_and_inf_like_burn() {
     let _serial = serial();
     let cases = [
-        Case {
-            specials: true,
-            ..case(17, 33, 65)
-        },
-        Case {
-            specials: true,
-            ..case(4, 8, 3)
-        },
+        case(17, 33, 65).with_specials(),
+        case(4, 8, 3).with_specials(),
     ];
     check::<Plain, Fused, 2>(&cases);
 }
 
-/// Linear+ReLU under the forced execution `policy` against Burn, at rank 2 and rank 3; `ran`
-/// counts the pattern's runs that went that way (each case must have). Split and the engine run
-/// (or race) the inner backend's matmul, so their precision is Burn's.
+/// Linear+ReLU under the forced execution `policy` (split or the tensor-core engine) against
+/// Burn, at rank 2 and rank 3; each case must have run that way. Split and the engine run (or
+/// race) the inner backend's matmul, so their precision is Burn's.
 fn forced_execution_matches_burn(
     policy: hypatia::config::ExecutionPolicy,
-    ran: fn(&hypatia::FusionStats) -> u64,
     rank_two: &[Case],
     rank_three: &[Case],
 ) {
+    use hypatia::config::ExecutionPolicy;
+    let ran: fn(&hypatia::FusionStats) -> u64 = match policy {
+        ExecutionPolicy::Split => |s| {
+            s.patterns
+                .get(FusedPattern::LinearRelu)
+                .map_or(0, |p| p.split)
+        },
+        ExecutionPolicy::TensorCore => |s| {
+            s.patterns
+                .get(FusedPattern::LinearRelu)
+                .map_or(0, |p| p.tensor_core)
+        },
+        other => panic!("no counter for {other:?}"),
+    };
     let _policy = ConfigGuard::set(|c| c.execution = policy);
     let tol = burn_tolerance(DType::F32);
     check_with::<Plain, Fused, 2>(rank_two, ran, tol);
@@ -95,31 +76,13 @@ fn forced_execution_matches_burn(
 #[test]
 fn split_execution_matches_burn() {
     let _serial = serial();
-    let split = |s: &hypatia::FusionStats| {
-        s.patterns
-            .get(FusedPattern::LinearRelu)
-            .map_or(0, |p| p.split)
-    };
     let rank_two = [
         case(17, 33, 65),
-        Case {
-            transpose_w: true,
-            specials: true,
-            ..case(9, 8, 7)
-        },
+        case(9, 8, 7).transposed_w().with_specials(),
     ];
-    let rank_three = [
-        Case {
-            lead: &[3],
-            ..case(17, 33, 65)
-        },
-        Case {
-            lead: &[2],
-            ..case(1, 5, 7)
-        },
-    ];
+    let rank_three = [case(17, 33, 65).lead(&[3]), case(1, 5, 7).lead(&[2])];
     let policy = hypatia::config::ExecutionPolicy::Split;
-    forced_execution_matches_burn(policy, split, &rank_two, &rank_three);
+    forced_execution_matches_burn(policy, &rank_two, &rank_three);
 }
 
 /// Without matrix units (lavapipe) the engine's autotune keeps Burn's matmul; on CUDA it picks a
@@ -127,33 +90,17 @@ fn split_execution_matches_burn() {
 #[test]
 fn tensor_core_execution_matches_burn() {
     let _serial = serial();
-    let engine = |s: &hypatia::FusionStats| {
-        s.patterns
-            .get(FusedPattern::LinearRelu)
-            .map_or(0, |p| p.tensor_core)
-    };
     let rank_two = [
         case(17, 33, 65),
         case(128, 64, 256),
-        Case {
-            transpose_w: true,
-            specials: true,
-            ..case(9, 8, 7)
-        },
+        case(9, 8, 7).transposed_w().with_specials(),
     ];
     let rank_three = [
-        Case {
-            lead: &[3],
-            ..case(17, 33, 65)
-        },
-        Case {
-            transpose_x: true,
-            lead: &[2],
-            ..case(65, 130, 67)
-        },
+        case(17, 33, 65).lead(&[3]),
+        case(65, 130, 67).transposed_x().lead(&[2]),
     ];
     let policy = hypatia::config::ExecutionPolicy::TensorCore;
-    forced_execution_matches_burn(policy, engine, &rank_two, &rank_three);
+    forced_execution_matches_burn(policy, &rank_two, &rank_three);
 }
 
 /// `mask_fill(a · b, gate <= 0, 0)` (relu's backward) with `gate` a window of rows of a wider

@@ -2,25 +2,23 @@
 //! them, the same parameters on every backend.
 
 use super::common::*;
-use burn::module::{Module, Param};
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::module::Param;
+use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
-#[derive(Module, Debug)]
-pub struct Mlp<B: Backend> {
-    hidden1: Linear<B>,
-    hidden2: Linear<B>,
-    output: Linear<B>,
-    act: Relu,
-}
+#[path = "../../examples/common/model.rs"]
+mod user_model;
+pub use user_model::Mlp;
 
+/// A `[d_in, d_out]` layer whose weight (and bias) are drawn from `seed`, within the bound of
+/// Burn's default initialiser (1/√d_in).
 fn seeded_linear<B: Backend>(
-    d_in: usize,
-    d_out: usize,
+    dims: [usize; 2],
     seed: u64,
     bias: bool,
     device: &B::Device,
 ) -> Linear<B> {
+    let [d_in, d_out] = dims;
     let mut linear = LinearConfig::new(d_in, d_out)
         .with_bias(bias)
         .init::<B>(device);
@@ -39,22 +37,10 @@ fn seeded_linear<B: Backend>(
 impl<B: Backend> Mlp<B> {
     /// Same seeded parameters on every backend.
     pub fn new(sizes: [usize; 4], bias: bool, device: &B::Device) -> Self {
-        Self {
-            hidden1: seeded_linear(sizes[0], sizes[1], 100, bias, device),
-            hidden2: seeded_linear(sizes[1], sizes[2], 200, bias, device),
-            output: seeded_linear(sizes[2], sizes[3], 300, bias, device),
-            act: Relu::new(),
-        }
-    }
-
-    /// The three Linear layers, input side first.
-    pub fn layers(&self) -> [&Linear<B>; 3] {
-        [&self.hidden1, &self.hidden2, &self.output]
-    }
-
-    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let x = self.act.forward(self.hidden1.forward(x));
-        let x = self.act.forward(self.hidden2.forward(x));
-        self.output.forward(x)
+        Self::from_layers([
+            seeded_linear([sizes[0], sizes[1]], 100, bias, device),
+            seeded_linear([sizes[1], sizes[2]], 200, bias, device),
+            seeded_linear([sizes[2], sizes[3]], 300, bias, device),
+        ])
     }
 }
