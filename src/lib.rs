@@ -200,4 +200,6 @@ mod book {
     struct Decision0017;
     #[doc = include_str!("../docs/decisions/0018-configuration-passed-down.md")]
     struct Decision0018;
+    #[doc = include_str!("../docs/decisions/0019-burn-fused-matmul-key.md")]
+    struct Decision0019;
 }
