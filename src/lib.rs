@@ -202,4 +202,6 @@ mod book {
     struct Decision0018;
     #[doc = include_str!("../docs/decisions/0019-burn-fused-matmul-key.md")]
     struct Decision0019;
+    #[doc = include_str!("../docs/decisions/0020-burn-0-22-port.md")]
+    struct Decision0020;
 }

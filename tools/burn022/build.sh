@@ -78,7 +78,7 @@ build() {
   [ "$PROFILE" = release ] && flags=(--release)
   (cd "$dir" && cargo build "${flags[@]}")
   local bin=$CARGO_TARGET_DIR/$([ "$PROFILE" = release ] && echo release || echo debug)/burn022-probe
-  "$bin" --dry
+  "$bin" --dry && echo "burn $BURN"
   ls -la "$bin"
 }
 

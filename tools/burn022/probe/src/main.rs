@@ -4,7 +4,7 @@ use burn::tensor::{Device, DeviceIndex, Tensor, activation::relu};
 
 fn main() {
     if std::env::args().any(|a| a == "--dry") {
-        println!("built with burn 0.22.1 (cuda)");
+        println!("built (burn-cuda, LLVM linked)");
         return;
     }
     let device = Device::cuda(DeviceIndex::Default);
