@@ -10,11 +10,11 @@
 
 use burn::tensor::DType;
 use clap::{Parser, Subcommand, ValueEnum};
-use hypatia::kernel::Activation;
 use hypatia::kernel::chain::grid::GridSource;
 use hypatia::kernel::hopper::{
     WGMMA_FORCED_TILINGS, WGMMA_TF32_TILINGS, WGMMA_TILINGS, WgmmaElem, WgmmaSource, WgmmaTiling,
 };
+use hypatia::kernel::{Activation, Gate};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -53,18 +53,30 @@ enum Act {
     Silu,
     LeakyRelu,
     Clamp,
+    /// ReLU's backward (a gate, no activation).
+    ReluGrad,
+    /// GELU's backward.
+    GeluGrad,
 }
 
 impl Act {
     fn activation(self) -> Activation {
         match self {
-            Act::None => Activation::None,
+            Act::None | Act::ReluGrad | Act::GeluGrad => Activation::None,
             Act::Relu => Activation::Relu,
             Act::Gelu => Activation::Gelu,
             Act::GeluTanh => Activation::GeluTanh,
             Act::Silu => Activation::Silu,
             Act::LeakyRelu => Activation::LeakyRelu,
             Act::Clamp => Activation::Clamp,
+        }
+    }
+
+    fn gate(self) -> Gate {
+        match self {
+            Act::ReluGrad => Gate::Relu,
+            Act::GeluGrad => Gate::Gelu,
+            _ => Gate::None,
         }
     }
 }
@@ -194,6 +206,7 @@ fn main() {
                 a_m_major,
                 b_k_major,
                 activation: act.activation(),
+                gate: act.gate(),
             };
             match &kernel {
                 Some(kernel) => source.source_with(kernel),

@@ -99,7 +99,7 @@ pub mod runtime;
 mod runtime;
 
 pub use backend::{HypatiaBackend, HypatiaFusion};
-pub use kernel::{Activation, Epilogue};
+pub use kernel::{Activation, Epilogue, Gate};
 pub use runtime::{HypatiaFuser, HypatiaOptimization, HypatiaRuntime};
 pub use stats::{
     EggStats, FusedPattern, FusionStats, HostStats, PatternCounters, PatternStats, reset_stats,

@@ -47,7 +47,8 @@ struct Case {
     x_pad: usize,
     /// `x` is a transposed view of `[k, m]` storage (rank 2 only).
     transpose_x: bool,
-    /// What the epilogue applies; `ReluGrad` gates by a tensor with zeros and NaN in it.
+    /// What the epilogue applies; `ReluGrad` and `GeluGrad` read a gate with zeros and NaN
+    /// in it.
     epilogue: Epilogue,
 }
 
@@ -80,7 +81,15 @@ const fn relu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
     }
 }
 
-const CASES: [Case; 22] = [
+/// GELU's backward `gelu_backward(pre, dy · Wᵀ)`, laid out as [`relu_grad`].
+const fn gelu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
+    Case {
+        epilogue: Epilogue::GeluGrad,
+        ..relu_grad(m, k, n, specials)
+    }
+}
+
+const CASES: [Case; 24] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -144,6 +153,9 @@ const CASES: [Case; 22] = [
     // runs a second tile, so the staged pre, the gate's arrival and its barrier phase carry
     // over from one tile to the next.
     relu_grad(2176, 64, 2048, true),
+    // GELU's backward: the derivative of the gate, times the product.
+    gelu_grad(300, 264, 1000, true),
+    gelu_grad(2176, 64, 2048, false),
     Case {
         specials: true,
         ..case(2176, 64, 2048)
@@ -202,6 +214,14 @@ fn activation(epilogue: Epilogue, v: f64) -> f64 {
         Epilogue::Clamp => alpha.max(beta.min(v)),
         _ => v,
     }
+}
+
+/// GELU's derivative at `g` as Burn 0.21's `gelu_backward` computes it (the tanh
+/// approximation's), in float64.
+fn gelu_grad_of(g: f64) -> f64 {
+    let g3 = g.powi(3);
+    let t = (g3 * 0.0356774 + g * 0.797885).tanh();
+    t * 0.5 + ((g3 * 0.0535161 + g * 0.398942) * (-(t * t) + 1.0) + 0.5)
 }
 
 /// A float format the kernel runs: rounding from f64, bits (in the low `SIZE` bytes of a
@@ -439,6 +459,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         .zip(&gate)
         .map(|(&v, &g)| match c.epilogue {
             Epilogue::ReluGrad if g <= 0.0 => 0.0,
+            Epilogue::GeluGrad => gelu_grad_of(g) * v,
             epilogue => activation(epilogue, v),
         })
         .collect();
@@ -487,7 +508,7 @@ fn run_args<H: Float>(
     // Poison: NaN everywhere the kernel must write.
     let poison = vec![POISON; p.out_ref.len()];
     let output = || dev.upload::<H>(&poison, p.out_shape.clone(), out_strides.clone());
-    let gated = c.epilogue == Epilogue::ReluGrad;
+    let gated = c.epilogue.gated();
     let args = LinearArgs {
         x: dev.upload::<H>(&p.x.0, p.x.1.clone(), p.x.2.clone()),
         w: dev.upload::<H>(&p.w.0, p.w.1.clone(), p.w.2.clone()),
@@ -606,9 +627,9 @@ fn wgmma_linear_matches_f64_reference_tf32() {
 }
 
 /// Tiny and odd problems (`m, k, n` from 1 to 65, `k` of 1, 5 and 45): forward with bias,
-/// pre-activation and NaN/±Inf, rank 3, ReLU's backward `dy · Wᵀ` gated, and weight
+/// pre-activation and NaN/±Inf, rank 3, ReLU's and GELU's backward `dy · Wᵀ` gated, and weight
 /// gradients `xᵀ · dy`.
-const TINY: [Case; 9] = [
+const TINY: [Case; 10] = [
     case(1, 1, 1),
     Case {
         lead: 2,
@@ -621,6 +642,7 @@ const TINY: [Case; 9] = [
     },
     relu_grad(33, 5, 65, true),
     relu_grad(64, 64, 64, false),
+    gelu_grad(17, 45, 33, true),
     Case {
         lead: 3,
         bias: false,

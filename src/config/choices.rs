@@ -268,6 +268,8 @@ pub enum Pattern {
     Linear,
     /// ReLU's backward `mask_fill(dy · Wᵀ, pre <= 0, 0)`.
     MatmulReluGrad,
+    /// The backward of the activations other than ReLU (GELU's `gelu_backward(pre, dy · Wᵀ)`).
+    MatmulActivationGrads,
     /// Linear + bias + ReLU.
     LinearRelu,
     /// Linear + bias + the activations other than ReLU (GELU, SiLU, LeakyReLU, clamp).
@@ -280,10 +282,11 @@ pub enum Pattern {
 
 impl Pattern {
     /// Every pattern.
-    pub const ALL: [Pattern; 7] = [
+    pub const ALL: [Pattern; 8] = [
         Pattern::Matmul,
         Pattern::Linear,
         Pattern::MatmulReluGrad,
+        Pattern::MatmulActivationGrads,
         Pattern::LinearRelu,
         Pattern::LinearActivations,
         Pattern::MlpChain,
@@ -400,6 +403,7 @@ mod tests {
             P::Matmul,
             P::Linear,
             P::MatmulReluGrad,
+            P::MatmulActivationGrads,
             P::LinearRelu,
             P::LinearActivations,
             P::MlpChain,
@@ -409,6 +413,7 @@ mod tests {
             "matmul",
             "linear",
             "matmul-relu-grad",
+            "matmul-activation-grads",
             "linear-relu",
             "linear-activations",
             "mlp-chain",

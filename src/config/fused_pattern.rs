@@ -29,6 +29,8 @@ pub enum FusedPattern {
     Matmul,
     /// ReLU's backward `mask_fill(dy · Wᵀ, pre <= 0, 0)`.
     MatmulReluGrad,
+    /// GELU's backward `gelu_backward(pre, dy · Wᵀ)`.
+    MatmulGeluGrad,
     /// A run of layers as one MLP-chain launch (each layer also counts as `chained` in its
     /// own pattern).
     MlpChain,
@@ -36,7 +38,7 @@ pub enum FusedPattern {
 
 impl FusedPattern {
     /// Every pattern.
-    pub const ALL: [FusedPattern; 10] = [
+    pub const ALL: [FusedPattern; 11] = [
         FusedPattern::Linear,
         FusedPattern::LinearRelu,
         FusedPattern::LinearGelu,
@@ -46,6 +48,7 @@ impl FusedPattern {
         FusedPattern::LinearClamp,
         FusedPattern::Matmul,
         FusedPattern::MatmulReluGrad,
+        FusedPattern::MatmulGeluGrad,
         FusedPattern::MlpChain,
     ];
 
@@ -61,6 +64,7 @@ impl FusedPattern {
             FusedPattern::LinearClamp => "linear-clamp",
             FusedPattern::Matmul => "matmul",
             FusedPattern::MatmulReluGrad => "matmul-relu-grad",
+            FusedPattern::MatmulGeluGrad => "matmul-gelu-grad",
             FusedPattern::MlpChain => "mlp-chain",
         }
     }

@@ -1,7 +1,7 @@
 //! The epilogue as CubeCL device code: every CubeCL kernel (tiled, split, chain) stores
 //! through these functions, so each activation is written once.
 
-use super::{Activation, EpilogueFlags, SQRT_2_OVER_PI};
+use super::{Activation, EpilogueFlags, Gate, SQRT_2_OVER_PI};
 use cubecl::prelude::*;
 
 /// [`SQRT_2`](super::SQRT_2) as the kernels divide by it (Burn's scalar, converted to f32).
@@ -45,8 +45,30 @@ pub fn activate(value: f32, alpha: f32, beta: f32, #[comptime] activation: Activ
     out
 }
 
+/// An activation's backward at the forward's pre-activation `gate`, applied to `value`
+/// (`dy · Wᵀ`), in f32, with Burn's ops in Burn's order (see [`Gate`]).
+#[cube]
+pub fn gate_grad(value: f32, gate: f32, #[comptime] kind: Gate) -> f32 {
+    let mut out = value;
+    if comptime![kind == Gate::Relu] {
+        out = select(gate <= 0.0f32, 0.0f32, value);
+    }
+    if comptime![kind == Gate::Gelu] {
+        // burn-backend's `gelu_backward`: x3 = powi(x, 3) (a `powf_scalar`), four scaled
+        // terms, tanh, sech = -(tanh²) + 1, then y · grad.
+        let cube = f32::powf(gate, 3.0f32);
+        let inner1 = cube * 0.0356774f32 + gate * 0.797885f32;
+        let inner2 = cube * 0.0535161f32 + gate * 0.398942f32;
+        let tanh = f32::tanh(inner1);
+        let sech = -(tanh * tanh) + 1.0f32;
+        let y = tanh * 0.5f32 + (inner2 * sech + 0.5f32);
+        out = y * value;
+    }
+    out
+}
+
 /// The store of every kernel: adds the bias of column `col`, writes the pre-activation when
-/// `write_pre`, applies the activation or the gate, writes `out`. `out` and `pre` are
+/// `write_pre`, applies the activation or the gate's backward, writes `out`. `out` and `pre` are
 /// contiguous with the output's shape and written at `offset`; `gate` is `[rows, n]` through
 /// its row stride (rows may be pitched), read at `offset`'s row and `col`. Returns the value
 /// stored, as f32 (what a sum over the stored output adds up).
@@ -72,9 +94,9 @@ pub fn store_epilogue<F: Float>(
         pre[offset] = F::cast_from(value);
     }
     value = activate(value, alpha, beta, flags.activation);
-    if flags.gated {
+    if comptime![flags.gate != Gate::None] {
         let at = offset / gate.shape(1) * gate.stride(0) + col;
-        value = select(f32::cast_from(gate[at]) <= 0.0f32, 0.0f32, value);
+        value = gate_grad(value, f32::cast_from(gate[at]), flags.gate);
     }
     let stored = F::cast_from(value);
     out[offset] = stored;

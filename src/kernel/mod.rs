@@ -33,7 +33,7 @@ pub mod hopper;
 pub mod row_sum;
 pub mod tiled;
 
-pub use cube_epilogue::{activate, relu_keep_nan, store_epilogue};
+pub use cube_epilogue::{activate, gate_grad, relu_keep_nan, store_epilogue};
 pub use data::*;
 pub use row_sum::{sum_output_rows, sum_rows};
 pub use tiled::{

@@ -72,6 +72,8 @@ pub struct PlanOptions {
     pub plain_matmuls: bool,
     /// Claim relu's backward (`matmul-relu-grad`).
     pub relu_grads: bool,
+    /// Claim the backward of the other activations (`matmul-gelu-grad`).
+    pub activation_grads: bool,
     /// Claim Linear + relu (`linear-relu`).
     pub linear_relus: bool,
     /// Claim Linear + GELU, tanh GELU, SiLU, LeakyReLU or clamp (`linear-gelu`, ...).
@@ -83,7 +85,7 @@ pub struct PlanOptions {
     /// Let consecutive forward layers run as one MLP-chain launch (`mlp-chain`) where the run
     /// time sizes fit and the cost model predicts it faster.
     pub chains: bool,
-    /// Let a relu-backward step also produce the bias gradient the block sums from its output
+    /// Let a backward step (relu's, GELU's) also produce the bias gradient the block sums from its output
     /// (`bias-grad`, see [`BiasGrad`]).
     pub bias_grads: bool,
 }
@@ -94,6 +96,7 @@ impl PlanOptions {
     pub const DEFAULT: Self = Self {
         plain_matmuls: false,
         relu_grads: true,
+        activation_grads: true,
         linear_relus: true,
         activations: true,
         linears: false,
@@ -131,6 +134,7 @@ pub(crate) fn plan_window_with<T>(
         Epilogue::Identity if c.bias.is_some() => options.linears,
         Epilogue::Identity => options.plain_matmuls,
         Epilogue::ReluGrad => options.relu_grads,
+        Epilogue::GeluGrad => options.activation_grads,
         Epilogue::Relu => options.linear_relus,
         Epilogue::Gelu
         | Epilogue::GeluTanh
@@ -153,7 +157,7 @@ pub(crate) fn plan_window_with<T>(
 }
 
 /// Plans the candidates of one window: which prefix of the block to claim and how to run it.
-/// With `bias_grads`, relu-backward steps also produce the bias gradients summed from their
+/// With `bias_grads`, backward steps also produce the bias gradients summed from their
 /// outputs, where the plan stays valid with them.
 pub fn build_plan(window: &Window, candidates: &[Candidate], bias_grads: bool) -> Claim {
     let claim = build_plan_with(window, candidates, bias_grads);
@@ -199,7 +203,7 @@ fn build_plan_with(window: &Window, candidates: &[Candidate], bias_grads: bool) 
         .collect();
     if bias_grads {
         for a in accepted.iter_mut() {
-            a.bias_grad = (a.candidate.epilogue == Epilogue::ReluGrad)
+            a.bias_grad = (a.candidate.epilogue.gated())
                 .then(|| find_bias_grad(window, a.candidate.root))
                 .flatten()
                 // Its sums run (or are skipped) at their own positions, after the step.

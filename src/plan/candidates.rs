@@ -21,7 +21,7 @@ pub struct Candidate {
     pub w: TensorId,
     /// Bias.
     pub bias: Option<TensorId>,
-    /// The gate of a relu backward.
+    /// The gate of a backward (the forward's pre-activation).
     pub gate: Option<TensorId>,
     /// The window tensors equal to `x · w (+ bias)` before the activation (one of them is
     /// the pattern's pre-activation); empty for relu's backward and a plain matmul.
@@ -60,15 +60,15 @@ pub fn find_candidates(
             let node = extractor.find_best_node(lowered.class_of[root]);
             let (epilogue, children) = node.fused()?;
             let [x, w] = [children[0], children[1]];
-            // Relu's backward reads a gate where the others read a bias (or `no-bias`).
+            // A backward reads a gate where the others read a bias (or `no-bias`).
             let third = children.get(2).copied();
-            let (bias, gate) = match epilogue {
-                Epilogue::ReluGrad => (None, third),
-                _ => (third.filter(|&b| !is_no_bias(egraph, b)), None),
+            let (bias, gate) = match epilogue.gated() {
+                true => (None, third),
+                false => (third.filter(|&b| !is_no_bias(egraph, b)), None),
             };
             // The class of the Linear the node applies its activation to (its pre-activation).
             let linear = third
-                .filter(|_| epilogue != Epilogue::ReluGrad)
+                .filter(|_| !epilogue.gated())
                 .and_then(|b| egraph.lookup(TensorLang::Linear([x, w, b])));
             let scalars: Option<Vec<u64>> = children
                 .get(3..)

@@ -126,12 +126,13 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
         has_matmul.then_some((t, chain))
     };
     let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
-        // The mask fill's tensor input is the matmul side.
-        Epilogue::ReluGrad => {
-            let fill = window
+        // A backward: the root's input computed through a matmul (relu's mask fill's tensor,
+        // the `grad` GELU's derivative multiplies) is the matmul side.
+        epilogue if epilogue.gated() => {
+            let root = window
                 .find_producer(candidate.root)
                 .ok_or(Reason::NoMatch)?;
-            let side = through_matmul(window.ops()[fill].inputs[0].id);
+            let side = (window.ops()[root].inputs.iter()).find_map(|t| through_matmul(t.id));
             (None, side.ok_or(Reason::NoMatch)?)
         }
         Epilogue::Identity if candidate.bias.is_none() => (None, (candidate.root, ops.clone())),

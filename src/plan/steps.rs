@@ -27,7 +27,8 @@ pub struct FusedLinear {
     pub w: TensorRef,
     /// Row bias `[.., n]` with every other dim 1.
     pub bias: Option<TensorRef>,
-    /// The gate of [`Epilogue::ReluGrad`]: the forward's pre-activation, output-shaped.
+    /// The gate of a backward epilogue ([`Epilogue::gated`]): the forward's pre-activation,
+    /// output-shaped.
     pub gate: Option<TensorRef>,
     /// The activation's output.
     pub out: TensorId,

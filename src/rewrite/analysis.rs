@@ -59,7 +59,8 @@ impl Analysis<TensorLang> for TensorAnalysis {
             | TensorLang::Gelu([x, ..])
             | TensorLang::GeluTanh([x, ..])
             | TensorLang::Silu([x, ..])
-            | TensorLang::LeakyRelu([x, ..]) => info(x),
+            | TensorLang::LeakyRelu([x, ..])
+            | TensorLang::GeluGrad([x, ..]) => info(x),
             TensorLang::Cast([x, elem]) => {
                 let elem = egraph[*elem].nodes.iter().find_map(|node| match node {
                     TensorLang::ElemOf(leaf) => Some(leaf.0),

@@ -46,6 +46,7 @@ impl CostModel {
             // Every other fused node: the matmul and an epilogue in registers.
             TensorLang::FusedLinearRelu(_)
             | TensorLang::FusedMatmulReluGrad(_)
+            | TensorLang::FusedMatmulGeluGrad(_)
             | TensorLang::FusedLinear(_)
             | TensorLang::FusedLinearGelu(_)
             | TensorLang::FusedLinearGeluTanh(_)
@@ -80,7 +81,8 @@ impl CostModel {
             TensorLang::Gelu(_)
             | TensorLang::GeluTanh(_)
             | TensorLang::Silu(_)
-            | TensorLang::LeakyRelu(_) => LAUNCH,
+            | TensorLang::LeakyRelu(_)
+            | TensorLang::GeluGrad(_) => LAUNCH,
         }
     }
 }

@@ -30,6 +30,8 @@ define_language! {
         "fused-linear-relu" = FusedLinearRelu([Id; 3]),
         "fused-matmul" = FusedMatmul([Id; 2]),
         "fused-matmul-relu-grad" = FusedMatmulReluGrad([Id; 3]),
+        // `gelu-grad(gate) · (x · w)`: x, w, the gate, then the gelu-grad's scalars.
+        "fused-matmul-gelu-grad" = FusedMatmulGeluGrad([Id; 12]),
         // Elementwise ops of Burn's activations (their scalars are children).
         "mul" = Mul([Id; 2]),
         "mul-scalar" = MulScalar([Id; 2]),
@@ -48,6 +50,9 @@ define_language! {
         "gelu-tanh" = GeluTanh([Id; 6]),
         "silu" = Silu([Id; 4]),
         "leaky-relu" = LeakyRelu([Id; 3]),
+        // GELU's derivative as Burn's `gelu_backward` computes it from the pre-activation:
+        // the pre-activation, then the scalars of `Epilogue::GeluGrad`'s constants.
+        "gelu-grad" = GeluGrad([Id; 10]),
         // The bias of a Linear without one (`linear ?x ?w no-bias` is a matmul).
         "no-bias" = NoBias([Id; 0]),
         // Fused Linear + activation: x, w, bias (or no-bias), then the activation's scalars.
@@ -70,8 +75,8 @@ define_language! {
 }
 
 impl TensorLang {
-    /// The epilogue and the children (`x`, `w`, bias, then scalars; the gate of relu's
-    /// backward as the bias) of a fused node, `None` for any other node.
+    /// The epilogue and the children (`x`, `w`, bias, then scalars; the gate of a backward
+    /// as the bias) of a fused node, `None` for any other node.
     pub fn fused(&self) -> Option<(crate::kernel::Epilogue, &[Id])> {
         use crate::kernel::Epilogue;
         let epilogue = match self {
@@ -80,6 +85,7 @@ impl TensorLang {
             | TensorLang::FusedLinear(_)
             | TensorLang::ChainLinear(_) => Epilogue::Identity,
             TensorLang::FusedMatmulReluGrad(_) => Epilogue::ReluGrad,
+            TensorLang::FusedMatmulGeluGrad(_) => Epilogue::GeluGrad,
             TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
             TensorLang::FusedLinearSilu(_) => Epilogue::Silu,

@@ -7,7 +7,9 @@ use egg::{Id, Rewrite, Subst, Var, rewrite};
 ///
 /// Backward (what `Autodiff` emits for Linear + ReLU): relu's gradient is
 /// `mask_fill(dy · Wᵀ, pre <= 0, 0)`, a matmul gated by the forward's pre-activation, and a
-/// weight gradient `xᵀ · dy` is a plain matmul; both run on Hypatia's kernels.
+/// weight gradient `xᵀ · dy` is a plain matmul; both run on Hypatia's kernels. GELU's
+/// gradient (`gelu_backward(pre, dy · Wᵀ)`, for exact GELU; tanh GELU's `Autodiff` backward is
+/// its ops' own) is the matmul times a function of the same gate.
 ///
 /// Relu has three spellings in Burn 0.21: `relu` (`mask_fill(x, x <= 0, 0)`), `clamp_min(x, 0)`
 /// (`mask_fill(x, x < 0, 0)`) and `max_pair(x, zeros)` (`mask_where(x, x < z, z)`). All three keep
@@ -54,6 +56,9 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         rewrite!("chain-linear-relu";     "(fused-linear-relu ?h ?w ?b)"         => "(chain-linear-relu ?h ?w ?b)" if made_by_layer("?h")),
         rewrite!("chain-linear";          "(fused-linear ?h ?w ?b)"              => "(chain-linear ?h ?w ?b)" if made_by_layer("?h")),
         rewrite!("chain-linear-no-bias";  "(fused-matmul ?h ?w)"                 => "(chain-linear ?h ?w no-bias)" if made_by_layer("?h")),
+        // gelu_backward: with t = tanh(x³·c1 + x·c2), t·h1 + ((x³·c3 + x·c4) · (-(t·t) + 1) + h2)
+        rewrite!("gelu-grad";             "(add (mul-scalar (tanh (add (mul-scalar (powf-scalar ?x ?p) ?c1) (mul-scalar ?x ?c2))) ?h1) (add-scalar (mul (add (mul-scalar (powf-scalar ?x ?p) ?c3) (mul-scalar ?x ?c4)) (add-scalar (mul-scalar (mul (tanh (add (mul-scalar (powf-scalar ?x ?p) ?c1) (mul-scalar ?x ?c2))) (tanh (add (mul-scalar (powf-scalar ?x ?p) ?c1) (mul-scalar ?x ?c2)))) ?neg) ?one)) ?h2))" => "(gelu-grad ?x ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2)" if is_float("?x")),
+        rewrite!("gelu-grad-to-fused";    "(mul (gelu-grad ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2) (matmul ?x ?w))" => "(fused-matmul-gelu-grad ?x ?w ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2)" if gates_output("?g", &["?x", "?w", "?g"])),
         rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output("?g", &["?x", "?w", "?g"])),
     ]
 }
@@ -327,6 +332,28 @@ mod tests {
             "(mul {x} (cast (exp (mul-scalar (log (add-scalar (exp (mul-scalar (cast {x} elem:f32) scalar:0)) scalar:1)) scalar:2)) elem:{elem}))"
         )
     }
+
+    /// Burn's `gelu_backward` derivative of `x` (scalars 10 to 18, its constants' order).
+    fn gelu_grad_of(x: &str) -> String {
+        let x3 = format!("(powf-scalar {x} scalar:10)");
+        let t = format!("(tanh (add (mul-scalar {x3} scalar:11) (mul-scalar {x} scalar:12)))");
+        let inner2 = format!("(add (mul-scalar {x3} scalar:13) (mul-scalar {x} scalar:14))");
+        let sech = format!("(add-scalar (mul-scalar (mul {t} {t}) scalar:15) scalar:16)");
+        format!("(add (mul-scalar {t} scalar:17) (add-scalar (mul {inner2} {sech}) scalar:18))")
+    }
+
+    const GELU_GRAD_SCALARS: &str =
+        "scalar:10 scalar:11 scalar:12 scalar:13 scalar:14 scalar:15 scalar:16 scalar:17 scalar:18";
+
+    rewrite_test!(gelu_backward_fuses,
+        &format!("(mul {} (matmul t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1)))", gelu_grad_of("t5:f32:1x2"))
+        => format!("(fused-matmul-gelu-grad t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1) t5:f32:1x2 {GELU_GRAD_SCALARS})"));
+    rewrite_test!(gelu_backward_with_grad_first_fuses,
+        &format!("(mul (matmul t1:f32:1x3 t2:f32:3x2) {})", gelu_grad_of("t5:f32:1x2"))
+        => format!("(fused-matmul-gelu-grad t1:f32:1x3 t2:f32:3x2 t5:f32:1x2 {GELU_GRAD_SCALARS})"));
+    rewrite_test!(gelu_backward_on_a_broadcast_gate_stays,
+        &format!("(mul {} (matmul t1:f32:1x3 t2:f32:3x2))", gelu_grad_of("t5:f32:0x2"))
+        => format!("(mul (gelu-grad t5:f32:0x2 {GELU_GRAD_SCALARS}) (fused-matmul t1:f32:1x3 t2:f32:3x2))"));
 
     rewrite_test!(gelu_of_linear_fuses,
         &gelu_of(PRE)

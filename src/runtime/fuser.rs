@@ -31,6 +31,10 @@ const SOFT_WINDOW: usize = 48;
 /// the fuser closes. An open fuser keeps burn-fusion's block open, and a block that closes with
 /// no ready fuser runs every op un-fused, so Hypatia must not hold ops it will not claim.
 const PENDING: usize = 16;
+/// Ops of GELU's backward from its first op (`powi(pre, 3)`) to its last (`mul(y, grad)`): a
+/// window that has begun one may grow by that much more, past the ops autodiff puts between the
+/// `dy · Wᵀ` matmul and the derivative (the layer above's weight and bias gradients).
+const GELU_GRAD_OPS: usize = 16;
 /// Score bonus over Burn's fusers (whose scores count fused ops): a fused matmul epilogue
 /// saves more than any elementwise fusion of the same ops.
 const SCORE_BONUS: u64 = 1 << 20;
@@ -127,6 +131,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             // burn-fusion then replays at each sync instead of exploring again.
             linears: on(Pattern::Linear),
             relu_grads: on(Pattern::MatmulReluGrad),
+            activation_grads: on(Pattern::MatmulActivationGrads),
             linear_relus: on(Pattern::LinearRelu),
             activations: on(Pattern::LinearActivations),
             chains: on(Pattern::MlpChain),
@@ -141,7 +146,8 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
 
 impl<R: CubeRuntime> HypatiaFuser<R> {
     /// Whether a later op could still give the window a longer claim: every claim begins with
-    /// a matmul (after free views), and its ops follow within [`PENDING`] ops.
+    /// a matmul (after free views), and its ops follow within [`PENDING`] ops ([`GELU_GRAD_OPS`]
+    /// more once a GELU derivative has begun).
     ///
     /// A window led by bookkeeping (autodiff freeing the last step's tensors, in an order that
     /// varies) closes at once, as Burn's fusers do: burn-fusion then runs each drop as its own
@@ -155,7 +161,11 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             return true;
         };
         let claimed = self.claim.as_ref().map_or(first + 1, |plan| plan.len);
-        self.window.starts_with_matmul() && ops.len() <= claimed + PENDING
+        let derivative = ops[claimed.min(ops.len())..]
+            .iter()
+            .any(|op| op.kind == OpKind::PowfScalar);
+        let pending = PENDING + if derivative { GELU_GRAD_OPS } else { 0 };
+        self.window.starts_with_matmul() && ops.len() <= claimed + pending
     }
 
     /// Whether a drop of `freed` frees the weight of the claim's last step while that step is a
@@ -166,7 +176,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         let Some(last) = self.claim.as_ref().and_then(|plan| plan.fused().last()) else {
             return false;
         };
-        // (A gate comes only with `ReluGrad`.)
+        // (A gate comes only with a backward epilogue.)
         let bare =
             last.bias.is_none() && last.bias_grad.is_none() && last.epilogue == Epilogue::Identity;
         bare && freed == last.w.id

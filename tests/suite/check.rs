@@ -316,6 +316,8 @@ pub enum Properties {
     Forward,
     /// Linear+ReLU backward, 6 cases.
     Backward,
+    /// Linear+GELU backward, 6 cases.
+    GeluBackward,
     /// Chained MLPs, 6 cases.
     Chains,
 }
@@ -324,13 +326,17 @@ pub enum Properties {
 #[allow(dead_code)] // used by tests/half_*.rs only
 pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
     use super::chain_properties::check_chains;
-    use super::properties::{check_backward, check_forward};
+    use super::properties::{Act, check_backward, check_backward_of, check_forward};
     if !has_arithmetic::<F>() {
         return;
     }
     let burn_wrong = match which {
         Properties::Forward => format!("{:?}", check_forward::<F, PlainOf<F>, FusedOf<F>>(12)),
         Properties::Backward => format!("{:?}", check_backward::<F, PlainOf<F>, FusedOf<F>>(6)),
+        Properties::GeluBackward => format!(
+            "{:?}",
+            check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Gelu)
+        ),
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };
     eprintln!("{which:?}: cases where Burn differs from float64: {burn_wrong}");

@@ -22,7 +22,7 @@ use super::check::burn_tolerance;
 use super::common::*;
 use burn::backend::Autodiff;
 use burn::prelude::*;
-use burn::tensor::activation::relu;
+use burn::tensor::activation::{gelu, relu};
 use burn::tensor::{DType, Element};
 use hypatia::FusedPattern;
 use hypatia::config::ExecutionPolicy;
@@ -38,6 +38,41 @@ pub enum Layout {
     Transposed,
     /// A window of a larger tensor: row stride longer than the row, non-zero offset.
     Sliced,
+}
+
+/// The activation whose backward a backward case checks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Act {
+    /// `relu`: its gradient is `mask_fill(dy · vᵀ, pre <= 0, 0)`.
+    Relu,
+    /// Exact `gelu`: its gradient is Burn's `gelu_backward(pre, dy · vᵀ)`.
+    Gelu,
+}
+
+impl Act {
+    /// The pattern of the fused backward step.
+    fn grad_pattern(self) -> FusedPattern {
+        match self {
+            Act::Relu => FusedPattern::MatmulReluGrad,
+            Act::Gelu => FusedPattern::MatmulGeluGrad,
+        }
+    }
+
+    /// The activation's derivative at `pre` times `dh`, in float64: relu's mask (a NaN `pre`
+    /// keeps `dh`, like Burn's `mask_fill`), or the tanh approximation's derivative Burn 0.21's
+    /// `gelu_backward` computes for both GELUs, in its order.
+    fn grad(self, pre: f64, dh: f64) -> f64 {
+        match self {
+            Act::Relu if pre <= 0.0 => 0.0,
+            Act::Relu => dh,
+            Act::Gelu => {
+                let x3 = pre.powi(3);
+                let t = (x3 * 0.0356774 + pre * 0.797885).tanh();
+                let y = t * 0.5 + ((x3 * 0.0535161 + pre * 0.398942) * (-(t * t) + 1.0) + 0.5);
+                y * dh
+            }
+        }
+    }
 }
 
 /// One random Linear(+bias) → ReLU problem.
@@ -267,19 +302,19 @@ impl Problem {
             .collect()
     }
 
-    /// Gradients of `sum((relu(x·w + b) · v) ⊙ g)` for x, w and b, in float64.
-    fn backward_reference(&self, scale: f32, dtype: DType) -> Vec<Vec<f32>> {
+    /// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b, in float64.
+    fn backward_reference(&self, scale: f32, dtype: DType, act: Act) -> Vec<Vec<f32>> {
         let v = self.values(scale, dtype);
         let pre = self.pre(&v);
         let (rows, (k, n)) = (self.batch() * self.m, (self.k, self.n));
-        // dpre = (g · vᵀ) masked where pre <= 0.
+        // dpre = act'(pre) applied to g · vᵀ.
         let mut dpre = vec![0.0f64; rows * n];
         for r in 0..rows {
             for j in 0..n {
                 let dh: f64 = (0..OUT)
                     .map(|o| v.g[r * OUT + o] as f64 * v.v[j * OUT + o] as f64)
                     .sum();
-                dpre[r * n + j] = if pre[r * n + j] <= 0.0 { 0.0 } else { dh };
+                dpre[r * n + j] = act.grad(pre[r * n + j], dh);
             }
         }
         let dx = (0..rows * k)
@@ -364,11 +399,12 @@ fn forward<B: Backend, const D: usize>(p: &Problem, scale: f32) -> TensorData {
     .into_data()
 }
 
-/// Gradients of `sum((relu(x·w + b) · v) ⊙ g)` for x, w and b: relu's gradient is then
-/// `mask_fill(dy · vᵀ, pre <= 0, 0)`, the gated matmul Hypatia fuses.
+/// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b: the activation's gradient is
+/// then a function of `pre` applied to `dy · vᵀ`, the gated matmul Hypatia fuses.
 fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
     p: &Problem,
     scale: f32,
+    act: Act,
 ) -> Vec<TensorData> {
     let (x, w, bias, second, g) = inputs::<B, D>(p, scale, &Default::default());
     let (x, w) = (x.require_grad(), w.require_grad());
@@ -378,7 +414,11 @@ fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
         Some(b) => y + b,
         None => y,
     };
-    let grads = (relu(y).matmul(second) * g).sum().backward();
+    let h = match act {
+        Act::Relu => relu(y),
+        Act::Gelu => gelu(y),
+    };
+    let grads = (h.matmul(second) * g).sum().backward();
     let mut out = vec![
         x.grad(&grads).expect("x grad").into_data(),
         w.grad(&grads).expect("w grad").into_data(),
@@ -565,13 +605,23 @@ where
     P: Differentiable + Backend<FloatElem = F>,
     H: Differentiable + Backend<FloatElem = F, Device = P::Device>,
 {
+    check_backward_of::<F, P, H>(cases, Act::Relu)
+}
+
+/// [`check_backward`] through `act`: under a forced execution its gradient ran fused.
+pub fn check_backward_of<F, P, H>(cases: u32, act: Act) -> Vec<Problem>
+where
+    F: Element,
+    P: Differentiable + Backend<FloatElem = F>,
+    H: Differentiable + Backend<FloatElem = F, Device = P::Device>,
+{
     let (dtype, s) = (F::dtype(), scale::<F>());
     run_problems(cases, dtype, |p| {
-        let before = steps(FusedPattern::MatmulReluGrad);
-        let fused = at_rank!(p, backward::<Autodiff<H>>(p, s));
-        let plain = at_rank!(p, backward::<Autodiff<P>>(p, s));
-        ran_fused(p, FusedPattern::MatmulReluGrad, before)?;
-        let reference = p.backward_reference(s, dtype);
+        let before = steps(act.grad_pattern());
+        let fused = at_rank!(p, backward::<Autodiff<H>>(p, s, act));
+        let plain = at_rank!(p, backward::<Autodiff<P>>(p, s, act));
+        ran_fused(p, act.grad_pattern(), before)?;
+        let reference = p.backward_reference(s, dtype, act);
         let tol = reference_tolerance(dtype, true, p.policy);
         let mut wrong = false;
         for ((name, f), (b, r)) in ["dx", "dw", "db"]

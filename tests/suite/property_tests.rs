@@ -2,7 +2,7 @@
 
 use super::chain_properties::check_chains;
 use super::common::{Fused, Plain, serial};
-use super::properties::{check_backward, check_forward};
+use super::properties::{Act, check_backward, check_backward_of, check_forward};
 
 #[test]
 fn forward_f32_matches_burn() {
@@ -15,6 +15,13 @@ fn forward_f32_matches_burn() {
 fn backward_f32_matches_burn() {
     let _serial = serial();
     let burn_wrong = check_backward::<f32, Plain, Fused>(12);
+    eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
+}
+
+#[test]
+fn gelu_backward_f32_matches_burn() {
+    let _serial = serial();
+    let burn_wrong = check_backward_of::<f32, Plain, Fused>(8, Act::Gelu);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }
 

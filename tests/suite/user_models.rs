@@ -27,6 +27,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::DType;
 use burn::tensor::backend::AutodiffBackend;
+use hypatia::FusedPattern;
 use hypatia::config::Pattern;
 
 /// Burn's guide model (`examples/guide` at v0.21.0), as written there.
@@ -84,13 +85,13 @@ struct Encoder<B: Backend> {
 const VOCAB: usize = 16;
 
 impl<B: Backend> Encoder<B> {
-    fn new(seq: usize, classes: usize, device: &B::Device) -> Self {
+    fn new(seq: usize, classes: usize, dropout: f64, device: &B::Device) -> Self {
         let d_model = 32;
         Self {
             tokens: EmbeddingConfig::new(VOCAB, d_model).init(device),
             positions: EmbeddingConfig::new(seq, d_model).init(device),
             encoder: TransformerEncoderConfig::new(d_model, 64, 4, 2)
-                .with_dropout(0.1)
+                .with_dropout(dropout)
                 .with_norm_first(true)
                 .init(device),
             head: LinearConfig::new(d_model, classes).init(device),
@@ -336,8 +337,18 @@ fn sequences<B: Backend>(
 }
 
 fn train_encoder<B: AutodiffBackend>(steps: usize) -> Run {
+    train_encoder_with::<B>(steps, 0.1)
+}
+
+/// The encoder without dropout, as BERT-style models are often fine-tuned: each feed-forward
+/// block is `Linear → GELU → Linear` with nothing between its GELU and the Linear after it.
+fn train_bert<B: AutodiffBackend>(steps: usize) -> Run {
+    train_encoder_with::<B>(steps, 0.0)
+}
+
+fn train_encoder_with<B: AutodiffBackend>(steps: usize, dropout: f64) -> Run {
     let device = Default::default();
-    let init = |device: &B::Device| Encoder::<B>::new(SEQ, 4, device);
+    let init = |device: &B::Device| Encoder::<B>::new(SEQ, 4, dropout, device);
     let (model, losses) = fit(11, init, steps, 3e-3, |model, step| {
         let (x, y) = sequences::<B>(step, &device);
         (model.forward(x), y)
@@ -421,6 +432,34 @@ pub fn encoder_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
         train_encoder::<Autodiff<PlainOf<F>>>,
         bare!(train_encoder, F),
     );
+}
+
+/// The encoder without dropout (BERT-style feed-forward blocks), in `F`: it trains as on Burn,
+/// and both blocks' Linear + GELU run fused forward and their GELU backward fused too.
+pub fn bert_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
+    let executed = |pattern| hypatia::stats(&device()).executed(pattern);
+    let before = [FusedPattern::LinearGelu, FusedPattern::MatmulGeluGrad].map(executed);
+    trains_as_on_burn::<F>(
+        "bert",
+        train_bert::<Autodiff<FusedOf<F>>>,
+        train_bert::<Autodiff<PlainOf<F>>>,
+        bare!(train_bert, F),
+    );
+    let after = [FusedPattern::LinearGelu, FusedPattern::MatmulGeluGrad].map(executed);
+    let stats = hypatia::stats(&device());
+    // Two blocks a step, on Hypatia's side of the run only.
+    for (i, pattern) in [FusedPattern::LinearGelu, FusedPattern::MatmulGeluGrad]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            after[i] - before[i] >= 2,
+            "{pattern} ran {} times: {:?}; declined: {:?}",
+            after[i] - before[i],
+            stats.patterns.get(*pattern),
+            stats.declined
+        );
+    }
 }
 
 /// A Llama-style decoder layer as Burn users write one (Burn's `llama-burn` layout, one layer):

@@ -38,3 +38,26 @@ __device__ __forceinline__ float activate(float v, u32 act, float alpha, float b
         return v;
     }
 }
+
+// What a backward epilogue does with its gate g (the forward's pre-activation), by the codes of
+// `Gate` (#[repr(u32)]; the same unit test checks them), compiled in like ACT.
+#define GATE_NONE 0u
+#define GATE_RELU 1u
+#define GATE_GELU 2u
+
+__device__ __forceinline__ float gate_grad(float v, float g, u32 gate) {
+    switch (gate) {
+    case GATE_RELU:
+        return g <= 0.0f ? 0.0f : v; // a NaN gate keeps the value, like Burn's mask_fill
+    case GATE_GELU: {
+        // Burn 0.21's gelu_backward, op for op (the tanh approximation's derivative); g * g * g
+        // for powi(g, 3), as ACT_GELU_TANH does.
+        const float g3 = g * g * g;
+        const float t = tanhf(g3 * 0.0356774f + g * 0.797885f);
+        const float sech = -(t * t) + 1.0f;
+        return (t * 0.5f + ((g3 * 0.0535161f + g * 0.398942f) * sech + 0.5f)) * v;
+    }
+    default:
+        return v;
+    }
+}

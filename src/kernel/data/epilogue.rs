@@ -32,6 +32,10 @@ pub enum Epilogue {
     LeakyRelu,
     /// `clamp(x, min, max)` (ReLU6 is `clamp(x, 0, 6)`), bounds as run-time scalars.
     Clamp,
+    /// GELU's backward on `dy · Wᵀ`: `gelu'(gate) · x`, the gate the forward's pre-activation,
+    /// with the derivative of tanh GELU that Burn 0.21's `gelu_backward` uses for both GELUs
+    /// (its ops, in its order: see [`Gate::Gelu`]).
+    GeluGrad,
 }
 
 impl Epilogue {
@@ -42,6 +46,7 @@ impl Epilogue {
             Epilogue::Relu => FusedPattern::LinearRelu,
             Epilogue::Identity => FusedPattern::Matmul,
             Epilogue::ReluGrad => FusedPattern::MatmulReluGrad,
+            Epilogue::GeluGrad => FusedPattern::MatmulGeluGrad,
             Epilogue::Gelu => FusedPattern::LinearGelu,
             Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
             Epilogue::Silu => FusedPattern::LinearSilu,
@@ -54,7 +59,7 @@ impl Epilogue {
     pub fn activation(&self) -> Activation {
         match self {
             Epilogue::Relu => Activation::Relu,
-            Epilogue::Identity | Epilogue::ReluGrad => Activation::None,
+            Epilogue::Identity | Epilogue::ReluGrad | Epilogue::GeluGrad => Activation::None,
             Epilogue::Gelu => Activation::Gelu,
             Epilogue::GeluTanh => Activation::GeluTanh,
             Epilogue::Silu => Activation::Silu,
@@ -63,9 +68,19 @@ impl Epilogue {
         }
     }
 
-    /// Whether a gate tensor zeroes the output where it is `<= 0`.
+    /// Whether the epilogue reads a gate tensor: an activation's backward, gated by the
+    /// forward's pre-activation.
     pub fn gated(&self) -> bool {
-        matches!(self, Epilogue::ReluGrad)
+        self.gate() != Gate::None
+    }
+
+    /// What the epilogue does with its gate.
+    pub fn gate(&self) -> Gate {
+        match self {
+            Epilogue::ReluGrad => Gate::Relu,
+            Epilogue::GeluGrad => Gate::Gelu,
+            _ => Gate::None,
+        }
     }
 
     /// The values the scalars of Burn's form must have for the kernel to compute the same
@@ -78,6 +93,7 @@ impl Epilogue {
             Epilogue::GeluTanh => &[3.0, 0.044715, SQRT_2_OVER_PI, 1.0, 0.5],
             Epilogue::Silu => &[-1.0, 1.0, -1.0],
             Epilogue::LeakyRelu => &[0.0],
+            Epilogue::GeluGrad => &GELU_GRAD_CONSTANTS,
             Epilogue::Relu | Epilogue::Identity | Epilogue::ReluGrad | Epilogue::Clamp => &[],
         }
     }
@@ -90,6 +106,37 @@ impl Epilogue {
             Epilogue::Clamp => 2,
             _ => 0,
         }
+    }
+}
+
+/// The scalars of Burn 0.21's `gelu_backward` (`burn-backend`'s `ActivationOps`), in the order
+/// of the `gelu-grad` node: the power 3 of `powi_scalar(x, 3)`, its four constants, then the
+/// `-1` of `neg`, the `1` added to it, and the two halves.
+pub const GELU_GRAD_CONSTANTS: [f64; 9] = [
+    3.0, 0.0356774, 0.797885, 0.0535161, 0.398942, -1.0, 1.0, 0.5, 0.5,
+];
+
+/// What a backward epilogue does with its gate `g` (the forward's pre-activation, read element
+/// for element) and the accumulator `x` (`dy · Wᵀ`). The values are the codes of the CUDA
+/// kernels' `GATE_*` macros (`cuda/hypatia.cuh`; a test checks that the two agree).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u32)]
+pub enum Gate {
+    /// No gate.
+    None = 0,
+    /// ReLU's backward: `g <= 0 ? 0 : x` (Burn's `mask_fill(x, g <= 0, 0)`; a NaN gate keeps
+    /// `x`).
+    Relu = 1,
+    /// GELU's backward as Burn 0.21 computes it (the tanh approximation's derivative, also for
+    /// exact GELU): with `t = tanh(0.0356774·g³ + 0.797885·g)`,
+    /// `(t·0.5 + ((0.0535161·g³ + 0.398942·g) · (-(t·t) + 1) + 0.5)) · x`.
+    Gelu = 2,
+}
+
+impl Gate {
+    /// The code the CUDA kernels compile in as `GATE`.
+    pub fn code(&self) -> u32 {
+        *self as u32
     }
 }
 
@@ -131,8 +178,8 @@ pub struct EpilogueFlags {
     pub write_pre: bool,
     /// The activation applied after the bias.
     pub activation: Activation,
-    /// Zero where `gate <= 0` (relu's backward).
-    pub gated: bool,
+    /// What is done with the gate (an activation's backward).
+    pub gate: Gate,
     /// Write partial column sums of the stored output (a bias gradient, see
     /// [`sum_rows`](crate::kernel::sum_rows)).
     pub row_sums: bool,
@@ -145,7 +192,7 @@ impl EpilogueFlags {
             has_bias,
             write_pre,
             activation: epilogue.activation(),
-            gated: epilogue.gated(),
+            gate: epilogue.gate(),
             row_sums: false,
         }
     }
@@ -178,5 +225,15 @@ mod tests {
             assert_eq!(define(name), Some(activation.code()), "ACT_{name}");
         }
         assert_eq!(define("NONE"), Some(Activation::None.code()), "ACT_NONE");
+        let gates = [
+            ("GATE_NONE", Gate::None),
+            ("GATE_RELU", Gate::Relu),
+            ("GATE_GELU", Gate::Gelu),
+        ];
+        for (name, gate) in gates {
+            let line = (source.lines()).find(|l| l.starts_with(&format!("#define {name} ")));
+            let code = line.and_then(|l| l.split_whitespace().nth(2));
+            assert_eq!(code, Some(format!("{}u", gate.code()).as_str()), "{name}");
+        }
     }
 }

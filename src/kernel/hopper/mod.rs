@@ -150,7 +150,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("operands not 16-byte aligned".into());
     }
     if args.epilogue.gated() != args.gate.is_some() {
-        return Err("a gate goes with the relu-backward epilogue".into());
+        return Err("a gate goes with a backward epilogue".into());
     }
     if let Some(gate) = &args.gate
         && !is_contiguous(gate.meta.shape(), gate.meta.strides())
@@ -212,6 +212,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         a_m_major,
         b_k_major,
         activation: args.epilogue.activation(),
+        gate: args.epilogue.gate(),
     };
     let bn = tiling.bn as usize;
     // Elements per 128-byte row: a stage's depth along k, a staged output box's width.
@@ -298,6 +299,7 @@ mod tests {
             a_m_major: false,
             b_k_major,
             activation,
+            gate: crate::kernel::Gate::None,
         }
     }
 

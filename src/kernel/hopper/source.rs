@@ -3,8 +3,8 @@
 //! (`wgmma_ptx.cuh`), then [`wgmma_linear.cu`](../../../src/kernel/hopper/wgmma_linear.cu).
 
 use super::WgmmaTiling;
-use crate::kernel::Activation;
 use crate::kernel::cuda::Preamble;
+use crate::kernel::{Activation, Gate};
 use burn_backend::DType;
 
 /// The kernel's text, without its configuration.
@@ -59,6 +59,8 @@ pub struct WgmmaSource {
     /// The activation, compiled in: a run-time switch over every activation's code in the
     /// epilogue cost the whole kernel 2.3x (decision record 0004).
     pub activation: Activation,
+    /// What the epilogue does with a gate (an activation's backward), compiled in likewise.
+    pub gate: Gate,
 }
 
 impl WgmmaSource {
@@ -115,6 +117,7 @@ impl WgmmaSource {
             .define("TMA_STORE", tiling.tma_store as u32)
             .define("SUB", tiling.store_cols)
             .define("ACT", format_args!("{}u", self.activation.code()))
+            .define("GATE", format_args!("{}u", self.gate.code()))
             .code(&wgmma_step(tiling.bn, ptx, self.a_m_major, !self.b_k_major))
             .code(PTX_HELPERS)
             .finish(kernel)

@@ -32,7 +32,7 @@
 // half the tile halves the staging buffers, which buys a fourth stage of operands (with three,
 // the consumers waited on operands for a quarter of their time). Without TMA_STORE, threads
 // store from registers. The pre-activation goes the same way, staged and stored before the
-// activation; and relu's backward gate arrives by TMA into the same staging buffer (its first
+// activation; and a backward's gate arrives by TMA into the same staging buffer (its first
 // sub-tile while the tile's MMAs run), each thread reading its gate values where it then writes
 // its output. Scattered 4-byte stores of pre and 2-byte gate loads from registers had cost a
 // training step's K = 1024 layers ~80% of their time (H100, 8192×1024×4096 bf16: 222 µs with
@@ -86,7 +86,7 @@ struct Params {
     u32 m;
     u32 n;
     u32 k;
-    u32 flags; // bit 0: bias, bit 1: write pre, bit 3: gate (relu backward), bit 4: row sums;
+    u32 flags; // bit 0: bias, bit 1: write pre, bit 3: gate (an activation's backward, GATE), bit 4: row sums;
                // ACT is compiled in
     float alpha; // run-time parameters: LeakyReLU's slope, clamp's min
     float beta;  // clamp's max
@@ -161,7 +161,7 @@ __device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* 
 // The epilogue of sub-tile `sub` (columns sub·SUB..) of one consumer's 64 × BN tile (rows from
 // m0), from its accumulators: thread (warp w, lane l) holds rows 16w + l/4 (+8) and, per 8
 // columns j, columns 8j + 2(l%4) (+1).
-// GATED (relu's backward) is a template argument so that the gate loads sit unconditionally in
+// GATED (an activation's backward) is a template argument so that the gate loads sit unconditionally in
 // one block, where they can be issued ahead of their use; under a run-time branch per column
 // group each load was waited on alone. SUM_ROWS is one too: its code, even when skipped at run
 // time, had cost the other epilogues ~5% of an 8192×1024×4096 launch (H100).
@@ -236,10 +236,9 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                 v0 = activate(v0, ACT, p.alpha, p.beta);
                 v1 = activate(v1, ACT, p.alpha, p.beta);
                 if (GATED) {
-                    // Relu's backward: zero where the forward's pre-activation is <= 0 (a NaN
-                    // gate keeps the value, like Burn's mask_fill).
-                    v0 = g[jj][h * 2] <= 0.0f ? 0.0f : v0;
-                    v1 = g[jj][h * 2 + 1] <= 0.0f ? 0.0f : v1;
+                    // An activation's backward at the forward's pre-activation (`GATE`).
+                    v0 = gate_grad(v0, g[jj][h * 2], GATE);
+                    v1 = gate_grad(v1, g[jj][h * 2 + 1], GATE);
                 }
                 ELEM2 packed = PACK2(v0, v1);
                 if (SUM_ROWS && inside) {

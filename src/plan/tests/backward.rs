@@ -1,4 +1,5 @@
-//! ReLU's backward: the gated `dy · Wᵀ` step with its bias gradient, and weight gradients.
+//! The backward of ReLU and GELU: the gated `dy · Wᵀ` step with its bias gradient, and weight
+//! gradients.
 
 use super::*;
 
@@ -7,6 +8,16 @@ use super::*;
 /// then the layer's weight gradient `xᵀ · dpre` (rank 2) and its bias gradient, `sum_dim` over
 /// every leading dim then `reshape`. Returns (dpre, db, dW, the sums).
 fn relu_backward_layer(ir: &mut IrBuilder, shape: &[usize]) -> (T, T, Option<T>, Vec<T>) {
+    backward_layer(ir, shape, Epilogue::ReluGrad)
+}
+
+/// [`relu_backward_layer`] with the backward of `epilogue`'s activation (relu's mask fill or
+/// GELU's `gelu_backward(pre, dy · w2ᵀ)`).
+fn backward_layer(
+    ir: &mut IrBuilder,
+    shape: &[usize],
+    epilogue: Epilogue,
+) -> (T, T, Option<T>, Vec<T>) {
     let rank = shape.len();
     let mut hidden = shape.to_vec();
     hidden[rank - 1] = 6;
@@ -15,8 +26,14 @@ fn relu_backward_layer(ir: &mut IrBuilder, shape: &[usize]) -> (T, T, Option<T>,
     let pre = ir.param(&hidden);
     let wt = ir.swap_dims(w2, 0, 1);
     let dx = ir.matmul(dy, wt);
-    let mask = ir.lower_equal_zero(pre);
-    let dpre = ir.mask_fill(dx, mask);
+    let dpre = match epilogue {
+        Epilogue::ReluGrad => {
+            let mask = ir.lower_equal_zero(pre);
+            ir.mask_fill(dx, mask)
+        }
+        Epilogue::GeluGrad => ir.gelu_backward(pre, dx),
+        other => panic!("{other:?} is no backward"),
+    };
     let dw = (rank == 2).then(|| {
         let x = ir.param(&[shape[0], 5]);
         let xt = ir.swap_dims(x, 0, 1);
@@ -48,17 +65,26 @@ fn plan_with(ir: &IrBuilder, outputs: &[T], options: PlanOptions) -> Plan {
 }
 
 #[test]
-fn relu_backward_produces_its_bias_gradient() {
-    for shape in [vec![17, 8], vec![3, 5, 8]] {
+fn a_backward_produces_its_bias_gradient() {
+    let cases = [Epilogue::ReluGrad, Epilogue::GeluGrad]
+        .into_iter()
+        .flat_map(|e| [(e, vec![17, 8]), (e, vec![3, 5, 8])]);
+    for (epilogue, shape) in cases {
         let mut ir = IrBuilder::new();
-        let (dpre, db, dw, sums) = relu_backward_layer(&mut ir, &shape);
+        let (dpre, db, dw, sums) = backward_layer(&mut ir, &shape, epilogue);
         let outputs: Vec<T> = [Some(db), dw].into_iter().flatten().collect();
         let plan = plan_with(&ir, &outputs, CLAIM_MATMULS);
         let gated = plan
             .fused()
-            .find(|s| s.epilogue == Epilogue::ReluGrad)
-            .expect("relu's backward is fused");
+            .find(|s| s.epilogue == epilogue)
+            .unwrap_or_else(|| panic!("{epilogue:?} {shape:?} is not fused: {plan:?}"));
         assert_eq!(gated.out, id(dpre));
+        // GELU's derivative: its whole chain of ops is the step's, its constants guarded.
+        if epilogue == Epilogue::GeluGrad {
+            assert_eq!(plan.guards.len(), 9, "{:?}", plan.guards);
+            let derivative = producer(&ir, &outputs, dpre);
+            assert!(gated.ops.len() >= 16 && gated.ops.contains(&derivative));
+        }
         let grad = gated.bias_grad.as_ref().expect("its bias gradient too");
         assert_eq!(grad.out, id(*sums.last().unwrap()), "{shape:?}");
         let sum_ops: Vec<usize> = sums.iter().map(|&t| producer(&ir, &outputs, t)).collect();
@@ -222,4 +248,18 @@ fn a_relu_backward_sum_stays_with_the_gated_step() {
     assert_eq!(with_grads.len(), 1);
     assert_eq!(with_grads[0].out, id(dpre));
     assert!(!with_grads[0].bias_grad.as_ref().unwrap().of_rhs);
+}
+
+#[test]
+fn gelu_backward_follows_its_option() {
+    let mut ir = IrBuilder::new();
+    let (dpre, db, dw, _) = backward_layer(&mut ir, &[17, 8], Epilogue::GeluGrad);
+    let outputs = [db, dw.unwrap()];
+    let off = PlanOptions {
+        activation_grads: false,
+        ..CLAIM_MATMULS
+    };
+    let plan = plan_with(&ir, &outputs, off);
+    assert!(plan.fused().all(|s| s.epilogue != Epilogue::GeluGrad));
+    assert!(plan.fused().all(|s| s.out != id(dpre)), "{plan:?}");
 }

@@ -39,6 +39,7 @@ fn stray_drops_in_any_order_plan_as_one_window() {
     assert_eq!(cb.key(OPTIONS), canonical_bare.key(OPTIONS));
     let other = PlanOptions {
         relu_grads: false,
+        activation_grads: false,
         ..OPTIONS
     };
     assert_ne!(

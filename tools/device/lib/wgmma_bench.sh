@@ -5,13 +5,14 @@
 # for all builds. Run from the repo root on the device machine.
 #   VARIANTS: "name:kernel_file:cuda_source flags, comma-separated" ... (kernel_file `-` for
 #             the crate's wgmma_linear.cu, else a file in EXTRA_KERNELS, e.g. an edited copy)
-#   CASES:    "M:K:N:MODE:ACT:A_M_MAJOR:B_K_MAJOR" ... (ACT 0: none, 1: relu; default: the 8
+#   CASES:    "M:K:N:MODE:ACT:A_M_MAJOR:B_K_MAJOR" ... (ACT 0: none, 1: relu, 2: relu's
+#             backward, for MODE gated; default: the 8
 #             matmuls of a bf16 8192:1024:4096:1024 training step, then 2048³ and
 #             8192×4096×4096 with bias+relu)
 # Prints one line per (case, variant).
 set -u
 DEFAULT_CASES="8192:1024:4096:pre:1:0:0 8192:4096:4096:pre:1:0:0 8192:4096:1024:bias:0:0:0
-8192:1024:4096:gated:0:0:1 4096:8192:1024:none:0:1:0 8192:4096:4096:gated:0:0:1
+8192:1024:4096:gated:2:0:1 4096:8192:1024:none:0:1:0 8192:4096:4096:gated:2:0:1
 4096:8192:4096:none:0:1:0 1024:8192:4096:none:0:1:0 2048:2048:2048:bias:1:0:0
 8192:4096:4096:bias:1:0:0"
 # The autotuned wide tiling, `wgmma 128x256 s4 g16 persistent tma-store/128` (names have spaces,
@@ -29,7 +30,7 @@ for v in $VARIANTS; do
   IFS=: read -r NAME FILE FLAGS <<<"$v"
   for combo in $combos; do
     IFS=: read -r ACT A B <<<"$combo"
-    act=$([ "$ACT" = 1 ] && echo relu || echo none)
+    act=$(case $ACT in 1) echo relu ;; 2) echo relu-grad ;; *) echo none ;; esac)
     layout=$([ "$A" = 1 ] && echo --a-m-major)" "$([ "$B" = 1 ] && echo --b-k-major)
     kernel=$([ "$FILE" = - ] || echo "--kernel-file $FILE")
     src=k_${NAME}_$ACT$A$B.cu
