@@ -204,4 +204,6 @@ mod book {
     struct Decision0019;
     #[doc = include_str!("../docs/decisions/0020-burn-0-22-port.md")]
     struct Decision0020;
+    #[doc = include_str!("../docs/decisions/0021-gelu-backward.md")]
+    struct Decision0021;
 }
