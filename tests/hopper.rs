@@ -518,6 +518,7 @@ fn run_args<H: Float>(
         pre: c.pre.then(output),
         epilogue: c.epilogue,
         gate: gated.then(|| dev.upload::<H>(&p.gate, p.out_shape.clone(), out_strides.clone())),
+        mask: None,
         params: PARAMS,
         bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
         // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
@@ -799,6 +800,7 @@ fn wgmma_declines_what_it_cannot_run() {
         pre: None,
         epilogue: Epilogue::Relu,
         gate: None,
+        mask: None,
         params: [0.0; 2],
         bias_grad: None,
         // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
@@ -827,6 +829,15 @@ fn wgmma_declines_what_it_cannot_run() {
     };
     let err = launch(WGMMA_TILINGS[0], &gateless).unwrap_err();
     assert!(err.contains("gate"), "{err}");
+    // Dropout's mask is read by CubeCL's kernels only.
+    let dropout = LinearArgs {
+        epilogue: Epilogue::ReluGradDropout,
+        gate: Some(gateless.out.clone()),
+        mask: Some(gateless.out.clone()),
+        ..gateless.clone()
+    };
+    let err = launch(WGMMA_TILINGS[0], &dropout).unwrap_err();
+    assert!(err.contains("dropout"), "{err}");
     // A TMA-store tiling stages pre and the gate in one buffer: never both.
     let both = LinearArgs {
         gate: Some(gateless.out.clone()),

@@ -124,8 +124,8 @@ impl ShapeKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Signature {
     epilogue: Epilogue,
-    /// Bias, gate, pre-activation output.
-    operands: [bool; 3],
+    /// Bias, gate, dropout's mask, pre-activation output.
+    operands: [bool; 4],
     /// The bias gradient it also produces: `Some(of_rhs)`.
     bias_grad: Option<bool>,
     ops: usize,
@@ -137,7 +137,12 @@ impl Signature {
     pub fn of(step: &FusedLinear, dtype: DType) -> Self {
         Self {
             epilogue: step.epilogue,
-            operands: [step.bias.is_some(), step.gate.is_some(), step.pre.is_some()],
+            operands: [
+                step.bias.is_some(),
+                step.gate.is_some(),
+                step.mask.is_some(),
+                step.pre.is_some(),
+            ],
             bias_grad: step.bias_grad.as_ref().map(|grad| grad.of_rhs),
             ops: step.ops.len(),
             dtype,

@@ -169,6 +169,7 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
 ) -> Result<Option<(Execution, Produced<R>)>, FallbackReason> {
     let bias = step.bias.map(|r| real_tensor(context, &r.id));
     let gate = step.gate.map(|r| real_tensor(context, &r.id));
+    let mask = step.mask.map(|r| real_tensor(context, &r.id));
     let out = real_tensor(context, &step.out);
     let problem = check_linear(
         (&x.shape, x.dtype),
@@ -184,7 +185,8 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
         .into());
     }
     let gate = gate.map(|t| operand(context, &t));
-    if let Some(gate) = &gate {
+    let mask = mask.map(|t| operand(context, &t));
+    for gate in gate.iter().chain(&mask) {
         check_gate(gate, &problem.out_shape, problem.dtype)?;
     }
     let client = context
@@ -208,6 +210,7 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
         epilogue: step.epilogue,
         bias: bias.as_ref(),
         gate: gate.as_ref(),
+        mask: mask.as_ref(),
         params: step_params(step, context),
         // A sum of `w` runs after the kernel (`sum_rhs`), not in its epilogue.
         bias_grad: step.bias_grad.as_ref().is_some_and(|grad| !grad.of_rhs),
@@ -243,7 +246,7 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
             Produced {
                 outputs,
                 rest: rest.filter(|op| !step.matmul_ops.contains(op)).collect(),
-                consumed: [step.bias, step.gate]
+                consumed: [step.bias, step.gate, step.mask]
                     .into_iter()
                     .flatten()
                     .chain([TensorRef {

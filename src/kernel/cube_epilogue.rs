@@ -68,9 +68,10 @@ pub fn gate_grad(value: f32, gate: f32, #[comptime] kind: Gate) -> f32 {
 }
 
 /// The store of every kernel: adds the bias of column `col`, writes the pre-activation when
-/// `write_pre`, applies the activation or the gate's backward, writes `out`. `out` and `pre` are
-/// contiguous with the output's shape and written at `offset`; `gate` is `[rows, n]` through
-/// its row stride (rows may be pitched), read at `offset`'s row and `col`. Returns the value
+/// `write_pre`, applies the activation or the gate's backward (after dropout's, with its
+/// `mask`), writes `out`. `out` and `pre` are contiguous with the output's shape and written
+/// at `offset`; `gate` and `mask` are `[rows, n]` through their row strides (rows may be
+/// pitched), read at `offset`'s row and `col`. Returns the value
 /// stored, as f32 (what a sum over the stored output adds up).
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -80,6 +81,7 @@ pub fn store_epilogue<F: Float>(
     offset: usize,
     bias: &Tensor<F>,
     gate: &Tensor<F>,
+    mask: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
     alpha: f32,
@@ -94,6 +96,12 @@ pub fn store_epilogue<F: Float>(
         pre[offset] = F::cast_from(value);
     }
     value = activate(value, alpha, beta, flags.activation);
+    if flags.dropout {
+        // Burn's dropout backward: `mul_scalar(grad, 1 / (1 - p))`, then `mul(.., mask)`.
+        let at = offset / mask.shape(1) * mask.stride(0) + col;
+        value *= alpha;
+        value *= f32::cast_from(mask[at]);
+    }
     if comptime![flags.gate != Gate::None] {
         let at = offset / gate.shape(1) * gate.stride(0) + col;
         value = gate_grad(value, f32::cast_from(gate[at]), flags.gate);

@@ -133,8 +133,8 @@ pub(crate) fn plan_window_with<T>(
     candidates.retain(|c| match c.epilogue {
         Epilogue::Identity if c.bias.is_some() => options.linears,
         Epilogue::Identity => options.plain_matmuls,
-        Epilogue::ReluGrad => options.relu_grads,
-        Epilogue::GeluGrad => options.activation_grads,
+        Epilogue::ReluGrad | Epilogue::ReluGradDropout => options.relu_grads,
+        Epilogue::GeluGrad | Epilogue::GeluGradDropout => options.activation_grads,
         Epilogue::Relu => options.linear_relus,
         Epilogue::Gelu
         | Epilogue::GeluTanh
@@ -340,10 +340,12 @@ fn assemble(
             let c = &a.candidate;
             let constants = c.epilogue.constants();
             match c.epilogue {
-                // Relu's threshold and fill value (and a `full`'s value): all zero.
-                Epilogue::Relu | Epilogue::ReluGrad => guards.extend(
+                // Relu's threshold and fill value (and a `full`'s value): all zero; a
+                // run-time parameter (dropout's scale) is read, not guarded.
+                Epilogue::Relu | Epilogue::ReluGrad | Epilogue::ReluGradDropout => guards.extend(
                     (ops.iter())
                         .flat_map(|&i| window.ops()[i].scalars.iter())
+                        .filter(|id| !c.scalars[constants.len()..].contains(id))
                         .map(|&id| ScalarGuard { id, value: 0.0 }),
                 ),
                 _ => guards.extend(
@@ -366,6 +368,7 @@ fn assemble(
                 w: reference(c.w),
                 bias: c.bias.map(reference),
                 gate: c.gate.map(reference),
+                mask: c.mask.map(reference),
                 out: c.root,
                 pre: a.pre,
                 epilogue: c.epilogue,

@@ -23,6 +23,8 @@ pub struct Candidate {
     pub bias: Option<TensorId>,
     /// The gate of a backward (the forward's pre-activation).
     pub gate: Option<TensorId>,
+    /// Dropout's mask, read before the gate ([`Epilogue::dropout`]).
+    pub mask: Option<TensorId>,
     /// The window tensors equal to `x · w (+ bias)` before the activation (one of them is
     /// the pattern's pre-activation); empty for relu's backward and a plain matmul.
     pub linear: Vec<TensorId>,
@@ -37,7 +39,7 @@ pub struct Candidate {
 
 impl Candidate {
     pub(super) fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
-        [Some(self.x), Some(self.w), self.bias, self.gate]
+        [Some(self.x), Some(self.w), self.bias, self.gate, self.mask]
             .into_iter()
             .flatten()
     }
@@ -70,8 +72,10 @@ pub fn find_candidates(
             let linear = third
                 .filter(|_| !epilogue.gated())
                 .and_then(|b| egraph.lookup(TensorLang::Linear([x, w, b])));
+            // Dropout's mask is the fourth child; the scalars follow.
+            let mask = epilogue.dropout().then(|| children[3]);
             let scalars: Option<Vec<u64>> = children
-                .get(3..)
+                .get(3 + mask.is_some() as usize..)
                 .unwrap_or_default()
                 .iter()
                 .map(|&class| scalar_id(egraph, class))
@@ -81,7 +85,7 @@ pub fn find_candidates(
                 *root,
                 epilogue,
                 [x, w],
-                [bias, gate],
+                [bias, gate, mask],
                 linear,
                 scalars?,
                 chained,
@@ -106,7 +110,7 @@ pub fn find_candidates(
     let candidates: Vec<Candidate> = raw
         .into_iter()
         .filter_map(
-            |(root, epilogue, [x, w], [bias, gate], linear, scalars, chained)| {
+            |(root, epilogue, [x, w], [bias, gate, mask], linear, scalars, chained)| {
                 // An absent operand stays absent; a present one must name a window tensor.
                 let optional =
                     |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
@@ -116,6 +120,7 @@ pub fn find_candidates(
                     w: tensor_of(w)?,
                     bias: optional(bias)?,
                     gate: optional(gate)?,
+                    mask: optional(mask)?,
                     linear: linear
                         .map_or_else(Vec::new, |class| lowered.find_tensors(egraph, class)),
                     scalars,
@@ -129,8 +134,8 @@ pub fn find_candidates(
     // covers the most ops, so it is tried first, and the earlier ones only if it cannot be
     // claimed (its intermediates are read elsewhere).
     let same = |a: &Candidate, b: &Candidate| {
-        (a.x, a.w, a.bias, a.gate, a.epilogue, &a.scalars)
-            == (b.x, b.w, b.bias, b.gate, b.epilogue, &b.scalars)
+        (a.x, a.w, a.bias, a.gate, a.mask, a.epilogue, &a.scalars)
+            == (b.x, b.w, b.bias, b.gate, b.mask, b.epilogue, &b.scalars)
     };
     // Larger patterns first: an activation, then a Linear alone, then a plain matmul.
     let rank = |c: &Candidate| match (c.epilogue, c.bias) {

@@ -129,11 +129,19 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
         // A backward: the root's input computed through a matmul (relu's mask fill's tensor,
         // the `grad` GELU's derivative multiplies) is the matmul side.
         epilogue if epilogue.gated() => {
-            let root = window
-                .find_producer(candidate.root)
-                .ok_or(Reason::NoMatch)?;
-            let side = (window.ops()[root].inputs.iter()).find_map(|t| through_matmul(t.id));
-            (None, side.ok_or(Reason::NoMatch)?)
+            let side_of = |t: TensorId| {
+                let op = window.find_producer(t).ok_or(Reason::NoMatch)?;
+                (window.ops()[op].inputs.iter())
+                    .find_map(|t| through_matmul(t.id))
+                    .ok_or(Reason::NoMatch)
+            };
+            let mut side = side_of(candidate.root)?;
+            // Dropout's backward (`mul(mul_scalar(dy · Wᵀ, scale), mask)`) is the epilogue's
+            // too: the matmul side is the product under its two ops.
+            if epilogue.dropout() {
+                side = side_of(side_of(side.0)?.0)?;
+            }
+            (None, side)
         }
         Epilogue::Identity if candidate.bias.is_none() => (None, (candidate.root, ops.clone())),
         // A Linear: its output (computed by a covered op) is the pre-activation. With a bias,

@@ -30,6 +30,10 @@ pub struct FusedLinear {
     /// The gate of a backward epilogue ([`Epilogue::gated`]): the forward's pre-activation,
     /// output-shaped.
     pub gate: Option<TensorRef>,
+    /// Dropout's mask ([`Epilogue::dropout`]): the forward's `random_like` tensor,
+    /// output-shaped.
+    #[serde(default)]
+    pub mask: Option<TensorRef>,
     /// The activation's output.
     pub out: TensorId,
     /// The pre-activation, when something outside the step still reads it (autodiff does).
@@ -156,9 +160,10 @@ impl FusedLinear {
         }
     }
 
-    /// The tensors the step reads, in kernel order: x, w, then bias and gate when present.
+    /// The tensors the step reads, in kernel order: x, w, then bias, gate and mask when
+    /// present.
     pub fn operands(&self) -> impl Iterator<Item = TensorRef> + '_ {
-        [Some(self.x), Some(self.w), self.bias, self.gate]
+        [Some(self.x), Some(self.w), self.bias, self.gate, self.mask]
             .into_iter()
             .flatten()
     }
@@ -188,6 +193,7 @@ impl Plan {
                     w: reference(fused.w),
                     bias: fused.bias.map(reference),
                     gate: fused.gate.map(reference),
+                    mask: fused.mask.map(reference),
                     out: tensor(fused.out),
                     pre: fused.pre.map(tensor),
                     epilogue: fused.epilogue,

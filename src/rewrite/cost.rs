@@ -47,6 +47,8 @@ impl CostModel {
             TensorLang::FusedLinearRelu(_)
             | TensorLang::FusedMatmulReluGrad(_)
             | TensorLang::FusedMatmulGeluGrad(_)
+            | TensorLang::FusedMatmulReluGradDropout(_)
+            | TensorLang::FusedMatmulGeluGradDropout(_)
             | TensorLang::FusedLinear(_)
             | TensorLang::FusedLinearGelu(_)
             | TensorLang::FusedLinearGeluTanh(_)

@@ -32,6 +32,10 @@ define_language! {
         "fused-matmul-relu-grad" = FusedMatmulReluGrad([Id; 3]),
         // `gelu-grad(gate) · (x · w)`: x, w, the gate, then the gelu-grad's scalars.
         "fused-matmul-gelu-grad" = FusedMatmulGeluGrad([Id; 12]),
+        // The two above on a gradient that came back through dropout: x, w, the gate, the
+        // mask, the gate's scalars, then dropout's scale.
+        "fused-matmul-relu-grad-dropout" = FusedMatmulReluGradDropout([Id; 5]),
+        "fused-matmul-gelu-grad-dropout" = FusedMatmulGeluGradDropout([Id; 14]),
         // Elementwise ops of Burn's activations (their scalars are children).
         "mul" = Mul([Id; 2]),
         "mul-scalar" = MulScalar([Id; 2]),
@@ -76,7 +80,7 @@ define_language! {
 
 impl TensorLang {
     /// The epilogue and the children (`x`, `w`, bias, then scalars; the gate of a backward
-    /// as the bias) of a fused node, `None` for any other node.
+    /// as the bias, dropout's mask after it) of a fused node, `None` for any other node.
     pub fn fused(&self) -> Option<(crate::kernel::Epilogue, &[Id])> {
         use crate::kernel::Epilogue;
         let epilogue = match self {
@@ -86,6 +90,8 @@ impl TensorLang {
             | TensorLang::ChainLinear(_) => Epilogue::Identity,
             TensorLang::FusedMatmulReluGrad(_) => Epilogue::ReluGrad,
             TensorLang::FusedMatmulGeluGrad(_) => Epilogue::GeluGrad,
+            TensorLang::FusedMatmulReluGradDropout(_) => Epilogue::ReluGradDropout,
+            TensorLang::FusedMatmulGeluGradDropout(_) => Epilogue::GeluGradDropout,
             TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
             TensorLang::FusedLinearSilu(_) => Epilogue::Silu,

@@ -9,7 +9,9 @@ use egg::{Id, Rewrite, Subst, Var, rewrite};
 /// `mask_fill(dy · Wᵀ, pre <= 0, 0)`, a matmul gated by the forward's pre-activation, and a
 /// weight gradient `xᵀ · dy` is a plain matmul; both run on Hypatia's kernels. GELU's
 /// gradient (`gelu_backward(pre, dy · Wᵀ)`, for exact GELU; tanh GELU's `Autodiff` backward is
-/// its ops' own) is the matmul times a function of the same gate.
+/// its ops' own) is the matmul times a function of the same gate. Either may first pass back
+/// through dropout (`mul(mul_scalar(dy · Wᵀ, 1 / (1 - p)), mask)`), which the epilogue applies
+/// too.
 ///
 /// Relu has three spellings in Burn 0.21: `relu` (`mask_fill(x, x <= 0, 0)`), `clamp_min(x, 0)`
 /// (`mask_fill(x, x < 0, 0)`) and `max_pair(x, zeros)` (`mask_where(x, x < z, z)`). All three keep
@@ -58,8 +60,11 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         rewrite!("chain-linear-no-bias";  "(fused-matmul ?h ?w)"                 => "(chain-linear ?h ?w no-bias)" if made_by_layer("?h")),
         // gelu_backward: with t = tanh(x³·c1 + x·c2), t·h1 + ((x³·c3 + x·c4) · (-(t·t) + 1) + h2)
         rewrite!("gelu-grad";             "(add (mul-scalar (tanh (add (mul-scalar (powf-scalar ?x ?p) ?c1) (mul-scalar ?x ?c2))) ?h1) (add-scalar (mul (add (mul-scalar (powf-scalar ?x ?p) ?c3) (mul-scalar ?x ?c4)) (add-scalar (mul-scalar (mul (tanh (add (mul-scalar (powf-scalar ?x ?p) ?c1) (mul-scalar ?x ?c2))) (tanh (add (mul-scalar (powf-scalar ?x ?p) ?c1) (mul-scalar ?x ?c2)))) ?neg) ?one)) ?h2))" => "(gelu-grad ?x ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2)" if is_float("?x")),
-        rewrite!("gelu-grad-to-fused";    "(mul (gelu-grad ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2) (matmul ?x ?w))" => "(fused-matmul-gelu-grad ?x ?w ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2)" if gates_output("?g", &["?x", "?w", "?g"])),
-        rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output("?g", &["?x", "?w", "?g"])),
+        rewrite!("gelu-grad-to-fused";    "(mul (gelu-grad ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2) (matmul ?x ?w))" => "(fused-matmul-gelu-grad ?x ?w ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2)" if gates_output(&["?g"], &["?x", "?w", "?g"])),
+        // Dropout's backward before the gate: `mul(mul_scalar(dy · Wᵀ, 1 / (1 - p)), mask)`.
+        rewrite!("relu-grad-dropout-to-fused"; "(mask-fill (mul (mul-scalar (matmul ?x ?w) ?c) ?m) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad-dropout ?x ?w ?g ?m ?c)" if gates_output(&["?g", "?m"], &["?x", "?w", "?g", "?m"])),
+        rewrite!("gelu-grad-dropout-to-fused"; "(mul (gelu-grad ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2) (mul (mul-scalar (matmul ?x ?w) ?c) ?m))" => "(fused-matmul-gelu-grad-dropout ?x ?w ?g ?m ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2 ?c)" if gates_output(&["?g", "?m"], &["?x", "?w", "?g", "?m"])),
+        rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output(&["?g"], &["?x", "?w", "?g"])),
     ]
 }
 
@@ -179,15 +184,18 @@ fn is_vector(b: &str) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
     move |egraph, _, subst| info(egraph, subst, b).is_some_and(|i| i.shape.len() == 1)
 }
 
-/// `?g` has the matched output's shape (the gate is read element for element) and `vars` share
-/// a kernel float type.
-fn gates_output(g: &str, vars: &[&str]) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
-    let g = var(g);
+/// Each of `gates` has the matched output's shape (a gate or a mask is read element for
+/// element) and `vars` share a kernel float type.
+fn gates_output(gates: &[&str], vars: &[&str]) -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let gates: Vec<Var> = gates.iter().map(|g| var(g)).collect();
     let same_float = same_kernel_float(vars);
     move |egraph, id, subst| {
         let out = egraph[id].data.clone();
-        out.is_some_and(|o| info(egraph, subst, g).is_some_and(|g| g.shape == o.shape))
-            && same_float(egraph, id, subst)
+        let shaped = |g: &Var| {
+            let g = info(egraph, subst, *g);
+            (out.as_ref()).is_some_and(|o| g.is_some_and(|g| g.shape == o.shape))
+        };
+        gates.iter().all(shaped) && same_float(egraph, id, subst)
     }
 }
 
@@ -354,6 +362,16 @@ mod tests {
     rewrite_test!(gelu_backward_on_a_broadcast_gate_stays,
         &format!("(mul {} (matmul t1:f32:1x3 t2:f32:3x2))", gelu_grad_of("t5:f32:0x2"))
         => format!("(mul (gelu-grad t5:f32:0x2 {GELU_GRAD_SCALARS}) (fused-matmul t1:f32:1x3 t2:f32:3x2))"));
+
+    rewrite_test!(relu_backward_through_dropout_fuses,
+        "(mask-fill (mul (mul-scalar (matmul t1:f32:1x3 t2:f32:3x2) scalar:7) t6:f32:1x2) (le t5:f32:1x2 scalar:0) scalar:1)"
+        => "(fused-matmul-relu-grad-dropout t1:f32:1x3 t2:f32:3x2 t5:f32:1x2 t6:f32:1x2 scalar:7)");
+    rewrite_test!(gelu_backward_through_dropout_fuses,
+        &format!("(mul {} (mul t6:f32:1x2 (mul-scalar (matmul t1:f32:1x3 t2:f32:3x2) scalar:7)))", gelu_grad_of("t5:f32:1x2"))
+        => format!("(fused-matmul-gelu-grad-dropout t1:f32:1x3 t2:f32:3x2 t5:f32:1x2 t6:f32:1x2 {GELU_GRAD_SCALARS} scalar:7)"));
+    rewrite_test!(a_broadcast_mask_stays,
+        "(mask-fill (mul (mul-scalar (matmul t1:f32:1x3 t2:f32:3x2) scalar:7) t6:f32:0x2) (le t5:f32:1x2 scalar:0) scalar:1)"
+        => "(mask-fill (mul (mul-scalar (fused-matmul t1:f32:1x3 t2:f32:3x2) scalar:7) t6:f32:0x2) (le t5:f32:1x2 scalar:0) scalar:1)");
 
     rewrite_test!(gelu_of_linear_fuses,
         &gelu_of(PRE)

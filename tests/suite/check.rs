@@ -316,7 +316,7 @@ pub enum Properties {
     Forward,
     /// Linear+ReLU backward, 6 cases.
     Backward,
-    /// Linear+GELU backward, 6 cases.
+    /// Linear+GELU backward through dropout, 6 cases.
     GeluBackward,
     /// Chained MLPs, 6 cases.
     Chains,
@@ -335,7 +335,7 @@ pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
         Properties::Backward => format!("{:?}", check_backward::<F, PlainOf<F>, FusedOf<F>>(6)),
         Properties::GeluBackward => format!(
             "{:?}",
-            check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Gelu)
+            check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Gelu, true)
         ),
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };

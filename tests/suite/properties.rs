@@ -258,7 +258,12 @@ struct Values {
     b: Vec<f32>,
     v: Vec<f32>,
     g: Vec<f32>,
+    /// A dropout mask of `pre`'s shape: ones, and zeros where the forward dropped.
+    mask: Vec<f32>,
 }
+
+/// The keep probability of the backward cases' dropout (Burn's `Dropout` with `prob` 0.1).
+const KEEP: f64 = 0.9;
 
 impl Problem {
     fn batch(&self) -> usize {
@@ -275,6 +280,15 @@ impl Problem {
             b: round(values(self.seed + 2, n, scale, self.specials / 3)),
             v: round(values(self.seed + 4, n * OUT, 1.0, 0)),
             g: round(values(self.seed + 3, batch * m * OUT, 1.0, 0)),
+            mask: (values(self.seed + 5, batch * m * n, 1.0, 0).iter())
+                .map(|&u| {
+                    if u < (1.0 - 2.0 * KEEP) as f32 {
+                        0.0
+                    } else {
+                        1.0
+                    }
+                })
+                .collect(),
         }
     }
 
@@ -302,8 +316,15 @@ impl Problem {
             .collect()
     }
 
-    /// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b, in float64.
-    fn backward_reference(&self, scale: f32, dtype: DType, act: Act) -> Vec<Vec<f32>> {
+    /// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b, in float64 (with `dropout`,
+    /// of `sum((dropout(act(x·w + b)) · v) ⊙ g)` under the problem's mask).
+    fn backward_reference(
+        &self,
+        scale: f32,
+        dtype: DType,
+        act: Act,
+        dropout: bool,
+    ) -> Vec<Vec<f32>> {
         let v = self.values(scale, dtype);
         let pre = self.pre(&v);
         let (rows, (k, n)) = (self.batch() * self.m, (self.k, self.n));
@@ -314,6 +335,11 @@ impl Problem {
                 let dh: f64 = (0..OUT)
                     .map(|o| v.g[r * OUT + o] as f64 * v.v[j * OUT + o] as f64)
                     .sum();
+                // Dropout's backward as Burn runs it: scaled in the dtype's scalar, masked.
+                let dh = match dropout {
+                    true => dh * (1.0 / KEEP) as f32 as f64 * v.mask[r * n + j] as f64,
+                    false => dh,
+                };
                 dpre[r * n + j] = act.grad(pre[r * n + j], dh);
             }
         }
@@ -400,13 +426,17 @@ fn forward<B: Backend, const D: usize>(p: &Problem, scale: f32) -> TensorData {
 }
 
 /// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b: the activation's gradient is
-/// then a function of `pre` applied to `dy · vᵀ`, the gated matmul Hypatia fuses.
+/// then a function of `pre` applied to `dy · vᵀ`, the gated matmul Hypatia fuses. With
+/// `dropout`, Burn's dropout runs between the activation and `v` (its ops, on the problem's
+/// mask): the gradient reaches the gate as `(dy · vᵀ · 1/keep) ⊙ mask`.
 fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
     p: &Problem,
     scale: f32,
     act: Act,
+    dropout: bool,
 ) -> Vec<TensorData> {
-    let (x, w, bias, second, g) = inputs::<B, D>(p, scale, &Default::default());
+    let device = Default::default();
+    let (x, w, bias, second, g) = inputs::<B, D>(p, scale, &device);
     let (x, w) = (x.require_grad(), w.require_grad());
     let bias = bias.map(|b| b.require_grad());
     let y = x.clone().matmul(w.clone());
@@ -417,6 +447,15 @@ fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
     let h = match act {
         Act::Relu => relu(y),
         Act::Gelu => gelu(y),
+    };
+    let h = match dropout {
+        // burn-nn's `Dropout::forward`, its random tensor given.
+        true => {
+            let values = p.values(scale, B::FloatElem::dtype()).mask;
+            let mask = TensorData::new(values, h.dims()).convert_dtype(B::FloatElem::dtype());
+            (h * Tensor::from_data(mask, &device)) * (1.0 / KEEP)
+        }
+        false => h,
     };
     let grads = (h.matmul(second) * g).sum().backward();
     let mut out = vec![
@@ -605,11 +644,12 @@ where
     P: Differentiable + Backend<FloatElem = F>,
     H: Differentiable + Backend<FloatElem = F, Device = P::Device>,
 {
-    check_backward_of::<F, P, H>(cases, Act::Relu)
+    check_backward_of::<F, P, H>(cases, Act::Relu, false)
 }
 
-/// [`check_backward`] through `act`: under a forced execution its gradient ran fused.
-pub fn check_backward_of<F, P, H>(cases: u32, act: Act) -> Vec<Problem>
+/// [`check_backward`] through `act`, and with `dropout` through Burn's dropout after it (a
+/// seeded mask): under a forced execution its gradient ran fused.
+pub fn check_backward_of<F, P, H>(cases: u32, act: Act, dropout: bool) -> Vec<Problem>
 where
     F: Element,
     P: Differentiable + Backend<FloatElem = F>,
@@ -618,10 +658,10 @@ where
     let (dtype, s) = (F::dtype(), scale::<F>());
     run_problems(cases, dtype, |p| {
         let before = steps(act.grad_pattern());
-        let fused = at_rank!(p, backward::<Autodiff<H>>(p, s, act));
-        let plain = at_rank!(p, backward::<Autodiff<P>>(p, s, act));
+        let fused = at_rank!(p, backward::<Autodiff<H>>(p, s, act, dropout));
+        let plain = at_rank!(p, backward::<Autodiff<P>>(p, s, act, dropout));
         ran_fused(p, act.grad_pattern(), before)?;
-        let reference = p.backward_reference(s, dtype, act);
+        let reference = p.backward_reference(s, dtype, act, dropout);
         let tol = reference_tolerance(dtype, true, p.policy);
         let mut wrong = false;
         for ((name, f), (b, r)) in ["dx", "dw", "db"]

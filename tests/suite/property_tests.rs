@@ -21,8 +21,17 @@ fn backward_f32_matches_burn() {
 #[test]
 fn gelu_backward_f32_matches_burn() {
     let _serial = serial();
-    let burn_wrong = check_backward_of::<f32, Plain, Fused>(8, Act::Gelu);
+    let burn_wrong = check_backward_of::<f32, Plain, Fused>(8, Act::Gelu, false);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
+}
+
+#[test]
+fn backward_through_dropout_f32_matches_burn() {
+    let _serial = serial();
+    for act in [Act::Relu, Act::Gelu] {
+        let burn_wrong = check_backward_of::<f32, Plain, Fused>(4, act, true);
+        eprintln!("{act:?}: cases where Burn differs from float64: {burn_wrong:?}");
+    }
 }
 
 #[test]

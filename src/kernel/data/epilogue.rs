@@ -36,6 +36,13 @@ pub enum Epilogue {
     /// with the derivative of tanh GELU that Burn 0.21's `gelu_backward` uses for both GELUs
     /// (its ops, in its order: see [`Gate::Gelu`]).
     GeluGrad,
+    /// [`Epilogue::ReluGrad`] of a gradient that first passed back through Burn's dropout:
+    /// the gate applied to `(x · scale) · mask` (the run-time `scale` is `1 / (1 - p)`, the
+    /// mask the forward's `random_like` tensor).
+    ReluGradDropout,
+    /// [`Epilogue::GeluGrad`] of a gradient that first passed back through Burn's dropout, as
+    /// [`Epilogue::ReluGradDropout`].
+    GeluGradDropout,
 }
 
 impl Epilogue {
@@ -45,8 +52,8 @@ impl Epilogue {
         match self {
             Epilogue::Relu => FusedPattern::LinearRelu,
             Epilogue::Identity => FusedPattern::Matmul,
-            Epilogue::ReluGrad => FusedPattern::MatmulReluGrad,
-            Epilogue::GeluGrad => FusedPattern::MatmulGeluGrad,
+            Epilogue::ReluGrad | Epilogue::ReluGradDropout => FusedPattern::MatmulReluGrad,
+            Epilogue::GeluGrad | Epilogue::GeluGradDropout => FusedPattern::MatmulGeluGrad,
             Epilogue::Gelu => FusedPattern::LinearGelu,
             Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
             Epilogue::Silu => FusedPattern::LinearSilu,
@@ -59,7 +66,11 @@ impl Epilogue {
     pub fn activation(&self) -> Activation {
         match self {
             Epilogue::Relu => Activation::Relu,
-            Epilogue::Identity | Epilogue::ReluGrad | Epilogue::GeluGrad => Activation::None,
+            Epilogue::Identity
+            | Epilogue::ReluGrad
+            | Epilogue::GeluGrad
+            | Epilogue::ReluGradDropout
+            | Epilogue::GeluGradDropout => Activation::None,
             Epilogue::Gelu => Activation::Gelu,
             Epilogue::GeluTanh => Activation::GeluTanh,
             Epilogue::Silu => Activation::Silu,
@@ -77,9 +88,24 @@ impl Epilogue {
     /// What the epilogue does with its gate.
     pub fn gate(&self) -> Gate {
         match self {
-            Epilogue::ReluGrad => Gate::Relu,
-            Epilogue::GeluGrad => Gate::Gelu,
+            Epilogue::ReluGrad | Epilogue::ReluGradDropout => Gate::Relu,
+            Epilogue::GeluGrad | Epilogue::GeluGradDropout => Gate::Gelu,
             _ => Gate::None,
+        }
+    }
+
+    /// Whether the accumulator is first scaled and multiplied by a mask tensor (dropout's
+    /// backward, before the gate).
+    pub fn dropout(&self) -> bool {
+        matches!(self, Epilogue::ReluGradDropout | Epilogue::GeluGradDropout)
+    }
+
+    /// The same epilogue with dropout's backward before its gate, if it has a gate.
+    pub fn with_dropout(&self) -> Option<Epilogue> {
+        match self {
+            Epilogue::ReluGrad => Some(Epilogue::ReluGradDropout),
+            Epilogue::GeluGrad => Some(Epilogue::GeluGradDropout),
+            _ => None,
         }
     }
 
@@ -93,16 +119,20 @@ impl Epilogue {
             Epilogue::GeluTanh => &[3.0, 0.044715, SQRT_2_OVER_PI, 1.0, 0.5],
             Epilogue::Silu => &[-1.0, 1.0, -1.0],
             Epilogue::LeakyRelu => &[0.0],
-            Epilogue::GeluGrad => &GELU_GRAD_CONSTANTS,
-            Epilogue::Relu | Epilogue::Identity | Epilogue::ReluGrad | Epilogue::Clamp => &[],
+            Epilogue::GeluGrad | Epilogue::GeluGradDropout => &GELU_GRAD_CONSTANTS,
+            Epilogue::Relu
+            | Epilogue::Identity
+            | Epilogue::ReluGrad
+            | Epilogue::ReluGradDropout
+            | Epilogue::Clamp => &[],
         }
     }
 
     /// How many run-time scalars the kernel reads after the constants: LeakyReLU's slope,
-    /// clamp's min and max.
+    /// clamp's min and max, dropout's scale.
     pub fn parameters(&self) -> usize {
         match self {
-            Epilogue::LeakyRelu => 1,
+            Epilogue::LeakyRelu | Epilogue::ReluGradDropout | Epilogue::GeluGradDropout => 1,
             Epilogue::Clamp => 2,
             _ => 0,
         }
@@ -180,6 +210,9 @@ pub struct EpilogueFlags {
     pub activation: Activation,
     /// What is done with the gate (an activation's backward).
     pub gate: Gate,
+    /// Scale the accumulator by `alpha` and multiply it by the mask before the gate
+    /// (dropout's backward).
+    pub dropout: bool,
     /// Write partial column sums of the stored output (a bias gradient, see
     /// [`sum_rows`](crate::kernel::sum_rows)).
     pub row_sums: bool,
@@ -193,6 +226,7 @@ impl EpilogueFlags {
             write_pre,
             activation: epilogue.activation(),
             gate: epilogue.gate(),
+            dropout: epilogue.dropout(),
             row_sums: false,
         }
     }

@@ -25,9 +25,12 @@ pub struct LinearArgs<R: CubeRuntime> {
     pub pre: Option<CubeTensor<R>>,
     /// What the epilogue applies after the bias.
     pub epilogue: Epilogue,
-    /// The gate of [`Epilogue::ReluGrad`]: the output's shape, rows contiguous or pitched
-    /// (the Hopper kernel takes only contiguous ones).
+    /// The gate of a backward epilogue ([`Epilogue::gated`]): the output's shape, rows
+    /// contiguous or pitched (the Hopper kernel takes only contiguous ones).
     pub gate: Option<CubeTensor<R>>,
+    /// Dropout's mask ([`Epilogue::dropout`]), laid out as the gate (the Hopper kernel reads
+    /// none).
+    pub mask: Option<CubeTensor<R>>,
     /// The activation's run-time parameters (see
     /// [`EpilogueInputs::params`](crate::kernel::EpilogueInputs::params)).
     pub params: [f32; 2],

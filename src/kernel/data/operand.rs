@@ -103,11 +103,13 @@ pub struct EpilogueInputs<'a, R: Runtime> {
     pub epilogue: Epilogue,
     /// A row of `n` added first.
     pub bias: Option<&'a Operand<R>>,
-    /// The gate of [`Epilogue::ReluGrad`], of the output's shape, rows contiguous or pitched
-    /// (see [`check_gate`](super::check_gate)).
+    /// The gate of a backward epilogue ([`Epilogue::gated`]), of the output's shape, rows
+    /// contiguous or pitched (see [`check_gate`](super::check_gate)).
     pub gate: Option<&'a Operand<R>>,
+    /// Dropout's mask ([`Epilogue::dropout`]), laid out as the gate.
+    pub mask: Option<&'a Operand<R>>,
     /// The run-time parameters of the activation ([`Epilogue::parameters`]): LeakyReLU's
-    /// slope, clamp's min and max; unused entries are zero.
+    /// slope, clamp's min and max, dropout's scale; unused entries are zero.
     pub params: [f32; 2],
     /// Also sum the stored output over its rows ([`LinearOutputs::bias_grad`]): the bias
     /// gradient of relu's backward, from the same pass where the kernel can.
@@ -121,6 +123,7 @@ impl<'a, R: Runtime> EpilogueInputs<'a, R> {
             epilogue,
             bias,
             gate: None,
+            mask: None,
             params: [0.0; 2],
             bias_grad: false,
         }

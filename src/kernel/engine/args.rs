@@ -20,16 +20,18 @@ impl<R: CubeRuntime> LinearArgs<R> {
             && self.bias_grad.is_none()
     }
 
-    /// Calls `launch` with the epilogue and its bias and gate as kernel operands.
+    /// Calls `launch` with the epilogue and its bias, gate and mask as kernel operands.
     fn with_epilogue<T>(&self, launch: impl FnOnce(EpilogueInputs<'_, R>) -> T) -> T {
-        let (bias, gate) = (
+        let (bias, gate, mask) = (
             self.bias.as_ref().map(Self::operand),
             self.gate.as_ref().map(Self::operand),
+            self.mask.as_ref().map(Self::operand),
         );
         launch(EpilogueInputs {
             epilogue: self.epilogue,
             bias: bias.as_ref(),
             gate: gate.as_ref(),
+            mask: mask.as_ref(),
             params: self.params,
             bias_grad: self.bias_grad.is_some(),
         })

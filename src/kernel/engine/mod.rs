@@ -245,6 +245,9 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         gate: epilogue
             .gate
             .map(|g| tensor(g.handle.clone(), g.shape.clone())),
+        mask: epilogue
+            .mask
+            .map(|m| tensor(m.handle.clone(), m.shape.clone())),
         out: new_output(),
         pre: write_pre.then(new_output),
         epilogue: epilogue.epilogue,

@@ -94,6 +94,7 @@ pub fn launch_fused_linear_into<R: Runtime>(
         broadcast_arg(rhs, rank),
         outputs.bias_arg(epilogue.bias, n),
         outputs.gate_arg(epilogue.gate),
+        outputs.gate_arg(epilogue.mask),
         outputs.out_arg(),
         outputs.pre_arg(),
         outputs.partials_arg(partials.as_ref(), partial_rows * n),
@@ -173,6 +174,7 @@ pub fn launch_bias_activation_into<R: Runtime>(
             .into_tensor_arg(Shape::from(shape.clone())),
         outputs.bias_arg(epilogue.bias, n),
         outputs.gate_arg(epilogue.gate),
+        outputs.gate_arg(epilogue.mask),
         outputs.out_arg(),
         outputs.pre_arg(),
         epilogue.params[0],
@@ -232,8 +234,8 @@ impl<R: Runtime> Outputs<R> {
         }
     }
 
-    /// The gate as `[rows, n]` through its row stride ([`check_gate`] accepted it): the
-    /// epilogue reads it at the output's row and column.
+    /// The gate (or dropout's mask) as `[rows, n]` through its row stride ([`check_gate`]
+    /// accepted it): the epilogue reads it at the output's row and column.
     fn gate_arg(&self, gate: Option<&Operand<R>>) -> TensorArg<R> {
         let Some(gate) = gate else {
             return self.dummy();

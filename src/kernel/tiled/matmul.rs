@@ -33,7 +33,8 @@ pub const CUBE_SIDE: usize = 16;
 /// `out = epilogue(lhs · rhs + bias)`, and `pre = lhs · rhs + bias` when `write_pre`.
 ///
 /// The operands and outputs have the output's rank; broadcast batch dims have stride 0. `bias`
-/// is a rank-1 view of length `n`, `gate` the `[rows, n]` view [`store_epilogue()`] reads; absent
+/// is a rank-1 view of length `n`, `gate` and `mask` the `[rows, n]` views [`store_epilogue()`]
+/// reads; absent
 /// tensors (per `flags`) are dummies. Accumulates in f32 whatever the storage type. With
 /// `flags.row_sums`, each unit writes the column sums of its [`UNIT_M`] stored rows to
 /// `row_sums`, a row-major `[batch · m_tiles · CUBE_SIDE, n]` buffer of partial rows (see
@@ -45,6 +46,7 @@ pub fn fused_linear_kernel<F: Float>(
     rhs: &Tensor<F>,
     bias: &Tensor<F>,
     gate: &Tensor<F>,
+    mask: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
     row_sums: &mut Tensor<f32>,
@@ -162,6 +164,7 @@ pub fn fused_linear_kernel<F: Float>(
                     offset,
                     bias,
                     gate,
+                    mask,
                     out,
                     pre,
                     alpha,

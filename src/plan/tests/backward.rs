@@ -11,6 +11,14 @@ fn relu_backward_layer(ir: &mut IrBuilder, shape: &[usize]) -> (T, T, Option<T>,
     backward_layer(ir, shape, Epilogue::ReluGrad)
 }
 
+/// Burn's dropout backward on `grad`: `mul(mul_scalar(grad, 1 / (1 - p)), mask)`, the mask a
+/// tensor of the forward's.
+fn dropout_backward(ir: &mut IrBuilder, grad: T) -> T {
+    let mask = ir.param(&ir.shape(grad));
+    let scaled = ir.mul_scalar(grad);
+    ir.mul(scaled, mask)
+}
+
 /// [`relu_backward_layer`] with the backward of `epilogue`'s activation (relu's mask fill or
 /// GELU's `gelu_backward(pre, dy · w2ᵀ)`).
 fn backward_layer(
@@ -25,13 +33,16 @@ fn backward_layer(
     let w2 = ir.param(&[6, 8]);
     let pre = ir.param(&hidden);
     let wt = ir.swap_dims(w2, 0, 1);
-    let dx = ir.matmul(dy, wt);
+    let mut dx = ir.matmul(dy, wt);
+    if epilogue.dropout() {
+        dx = dropout_backward(ir, dx);
+    }
     let dpre = match epilogue {
-        Epilogue::ReluGrad => {
+        Epilogue::ReluGrad | Epilogue::ReluGradDropout => {
             let mask = ir.lower_equal_zero(pre);
             ir.mask_fill(dx, mask)
         }
-        Epilogue::GeluGrad => ir.gelu_backward(pre, dx),
+        Epilogue::GeluGrad | Epilogue::GeluGradDropout => ir.gelu_backward(pre, dx),
         other => panic!("{other:?} is no backward"),
     };
     let dw = (rank == 2).then(|| {
@@ -66,7 +77,13 @@ fn plan_with(ir: &IrBuilder, outputs: &[T], options: PlanOptions) -> Plan {
 
 #[test]
 fn a_backward_produces_its_bias_gradient() {
-    let cases = [Epilogue::ReluGrad, Epilogue::GeluGrad]
+    let epilogues = [
+        Epilogue::ReluGrad,
+        Epilogue::GeluGrad,
+        Epilogue::ReluGradDropout,
+        Epilogue::GeluGradDropout,
+    ];
+    let cases = epilogues
         .into_iter()
         .flat_map(|e| [(e, vec![17, 8]), (e, vec![3, 5, 8])]);
     for (epilogue, shape) in cases {
@@ -80,11 +97,15 @@ fn a_backward_produces_its_bias_gradient() {
             .unwrap_or_else(|| panic!("{epilogue:?} {shape:?} is not fused: {plan:?}"));
         assert_eq!(gated.out, id(dpre));
         // GELU's derivative: its whole chain of ops is the step's, its constants guarded.
-        if epilogue == Epilogue::GeluGrad {
+        if epilogue.gate() == crate::kernel::Gate::Gelu {
             assert_eq!(plan.guards.len(), 9, "{:?}", plan.guards);
             let derivative = producer(&ir, &outputs, dpre);
             assert!(gated.ops.len() >= 16 && gated.ops.contains(&derivative));
         }
+        // Dropout's scale is read at run time, never guarded; its mask is an operand.
+        assert_eq!(gated.params.len(), epilogue.dropout() as usize);
+        assert_eq!(gated.mask.is_some(), epilogue.dropout());
+        assert!(plan.guards.iter().all(|g| !gated.params.contains(&g.id)));
         let grad = gated.bias_grad.as_ref().expect("its bias gradient too");
         assert_eq!(grad.out, id(*sums.last().unwrap()), "{shape:?}");
         let sum_ops: Vec<usize> = sums.iter().map(|&t| producer(&ir, &outputs, t)).collect();
