@@ -72,7 +72,7 @@ pub struct PlanOptions {
     pub plain_matmuls: bool,
     /// Claim relu's backward (`matmul-relu-grad`).
     pub relu_grads: bool,
-    /// Claim the backward of the other activations (`matmul-gelu-grad`).
+    /// Claim GELU's backward (`matmul-gelu-grad`), the activations' other than relu's.
     pub activation_grads: bool,
     /// Claim Linear + relu (`linear-relu`).
     pub linear_relus: bool,
@@ -85,8 +85,8 @@ pub struct PlanOptions {
     /// Let consecutive forward layers run as one MLP-chain launch (`mlp-chain`) where the run
     /// time sizes fit and the cost model predicts it faster.
     pub chains: bool,
-    /// Let a backward step (relu's, GELU's) also produce the bias gradient the block sums from its output
-    /// (`bias-grad`, see [`BiasGrad`]).
+    /// Let a backward step (relu's, GELU's) also produce the bias gradient the block sums
+    /// from its output (`bias-grad`, see [`BiasGrad`]).
     pub bias_grads: bool,
 }
 
@@ -203,7 +203,10 @@ fn build_plan_with(window: &Window, candidates: &[Candidate], bias_grads: bool) 
         .collect();
     if bias_grads {
         for a in accepted.iter_mut() {
-            a.bias_grad = (a.candidate.epilogue.gated())
+            a.bias_grad = a
+                .candidate
+                .epilogue
+                .gated()
                 .then(|| find_bias_grad(window, a.candidate.root))
                 .flatten()
                 // Its sums run (or are skipped) at their own positions, after the step.
