@@ -31,9 +31,10 @@ const SOFT_WINDOW: usize = 48;
 /// the fuser closes. An open fuser keeps burn-fusion's block open, and a block that closes with
 /// no ready fuser runs every op un-fused, so Hypatia must not hold ops it will not claim.
 const PENDING: usize = 16;
-/// Ops of GELU's backward from its first op (`powi(pre, 3)`) to its last (`mul(y, grad)`): a
-/// window that has begun one may grow by that much more, past the ops autodiff puts between the
-/// `dy · Wᵀ` matmul and the derivative (the layer above's weight and bias gradients).
+/// Ops of GELU's backward from its first op (`powi(pre, 3)`, of a tensor made before the
+/// window) to its last (`mul(y, grad)`): a window that has begun one may grow by that much more,
+/// past the ops autodiff puts between the `dy · Wᵀ` matmul and the derivative (the layer above's
+/// weight and bias gradients; decision record 0021).
 const GELU_GRAD_OPS: usize = 16;
 /// Score bonus over Burn's fusers (whose scores count fused ops): a fused matmul epilogue
 /// saves more than any elementwise fusion of the same ops.
@@ -161,9 +162,12 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             return true;
         };
         let claimed = self.claim.as_ref().map_or(first + 1, |plan| plan.len);
-        let derivative = ops[claimed.min(ops.len())..]
-            .iter()
-            .any(|op| op.kind == OpKind::PowfScalar);
+        // A derivative's first op cubes the saved pre-activation, made before the window (a
+        // forward's tanh GELU cubes a tensor of its own window).
+        let derivative = ops[claimed.min(ops.len())..].iter().any(|op| {
+            op.kind == OpKind::PowfScalar
+                && (op.inputs.first()).is_some_and(|x| self.window.find_producer(x.id).is_none())
+        });
         let pending = PENDING + if derivative { GELU_GRAD_OPS } else { 0 };
         self.window.starts_with_matmul() && ops.len() <= claimed + pending
     }
