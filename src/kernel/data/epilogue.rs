@@ -100,15 +100,6 @@ impl Epilogue {
         matches!(self, Epilogue::ReluGradDropout | Epilogue::GeluGradDropout)
     }
 
-    /// The same epilogue with dropout's backward before its gate, if it has a gate.
-    pub fn with_dropout(&self) -> Option<Epilogue> {
-        match self {
-            Epilogue::ReluGrad => Some(Epilogue::ReluGradDropout),
-            Epilogue::GeluGrad => Some(Epilogue::GeluGradDropout),
-            _ => None,
-        }
-    }
-
     /// The values the scalars of Burn's form must have for the kernel to compute the same
     /// function, in the order the activation's e-graph node lists them (the kernels hard-code
     /// them; a plan checks them before every execution). Relu's and relu-grad's scalars (the
