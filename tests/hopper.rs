@@ -216,14 +216,6 @@ fn activation(epilogue: Epilogue, v: f64) -> f64 {
     }
 }
 
-/// GELU's derivative at `g` as Burn 0.21's `gelu_backward` computes it (the tanh
-/// approximation's), in float64.
-fn gelu_grad_of(g: f64) -> f64 {
-    let g3 = g.powi(3);
-    let t = (g3 * 0.0356774 + g * 0.797885).tanh();
-    t * 0.5 + ((g3 * 0.0535161 + g * 0.398942) * (-(t * t) + 1.0) + 0.5)
-}
-
 /// A float format the kernel runs: rounding from f64, bits (in the low `SIZE` bytes of a
 /// `u32`), and back.
 trait Float: Copy {
@@ -459,7 +451,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         .zip(&gate)
         .map(|(&v, &g)| match c.epilogue {
             Epilogue::ReluGrad if g <= 0.0 => 0.0,
-            Epilogue::GeluGrad => gelu_grad_of(g) * v,
+            Epilogue::GeluGrad => common::gelu_grad_reference(g) * v,
             epilogue => activation(epilogue, v),
         })
         .collect();

@@ -45,6 +45,15 @@ pub fn device() -> TestDevice {
     TestDevice::default()
 }
 
+/// GELU's derivative at `g` as Burn 0.21's `gelu_backward` computes it (the tanh
+/// approximation's, for both GELUs), in float64: the reference of the fused GELU backward.
+#[allow(dead_code)] // not every test binary that includes this module checks it
+pub fn gelu_grad_reference(g: f64) -> f64 {
+    let g3 = g.powi(3);
+    let t = (g3 * 0.0356774 + g * 0.797885).tanh();
+    t * 0.5 + ((g3 * 0.0535161 + g * 0.398942) * (-(t * t) + 1.0) + 0.5)
+}
+
 /// Deterministic values in [-1, 1) (a 64-bit LCG; no dependency, same on every machine).
 pub fn values(seed: u64, len: usize) -> Vec<f32> {
     let mut state = seed

@@ -65,12 +65,7 @@ impl Act {
         match self {
             Act::Relu if pre <= 0.0 => 0.0,
             Act::Relu => dh,
-            Act::Gelu => {
-                let x3 = pre.powi(3);
-                let t = (x3 * 0.0356774 + pre * 0.797885).tanh();
-                let y = t * 0.5 + ((x3 * 0.0535161 + pre * 0.398942) * (-(t * t) + 1.0) + 0.5);
-                y * dh
-            }
+            Act::Gelu => gelu_grad_reference(pre) * dh,
         }
     }
 }
