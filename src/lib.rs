@@ -206,4 +206,6 @@ mod book {
     struct Decision0020;
     #[doc = include_str!("../docs/decisions/0021-gelu-backward.md")]
     struct Decision0021;
+    #[doc = include_str!("../docs/decisions/0022-silu-backward.md")]
+    struct Decision0022;
 }

@@ -183,34 +183,37 @@ pub fn strategy<B: TrainBackend>(kind: Strategy, devices: Vec<B::Device>) -> Exe
 /// the report (and, for Hypatia, how many steps it fused).
 pub fn run(args: &RunArgs, kind: Strategy, devices: Vec<Device>) -> Report {
     use burn::backend::Autodiff;
+    match (args.backend, args.dtype) {
+        (Which::Hypatia, Precision::F32) => {
+            run_on::<Autodiff<hypatia::Hypatia<Inner<f32>>>>(args, kind, devices)
+        }
+        (Which::Burn, Precision::F32) => run_on::<Autodiff<Inner<f32>>>(args, kind, devices),
+        #[cfg(feature = "cuda")]
+        (Which::Hypatia, Precision::Bf16) => {
+            run_on::<Autodiff<hypatia::Hypatia<Inner<half::bf16>>>>(args, kind, devices)
+        }
+        #[cfg(feature = "cuda")]
+        (Which::Burn, Precision::Bf16) => {
+            run_on::<Autodiff<Inner<half::bf16>>>(args, kind, devices)
+        }
+        #[cfg(not(feature = "cuda"))]
+        (_, Precision::Bf16) => panic!("--dtype bf16 needs the `cuda` feature"),
+    }
+}
+
+/// [`run`] on the backend `B` (which should be the one `args` names: its float type, and
+/// Hypatia's or Burn's).
+pub fn run_on<B: TrainBackend<Device = Device>>(
+    args: &RunArgs,
+    kind: Strategy,
+    devices: Vec<Device>,
+) -> Report {
     let config = args.config();
     if args.step_times {
         super::step_times::enable();
     }
-    fn go<B: TrainBackend<Device = Device>>(
-        config: &RunConfig,
-        kind: Strategy,
-        devices: Vec<Device>,
-    ) -> Report {
-        let main = devices[0].clone();
-        train::<B>(config, &main, strategy::<B>(kind, devices))
-    }
-    let report = match (args.backend, args.dtype) {
-        (Which::Hypatia, Precision::F32) => {
-            go::<Autodiff<hypatia::Hypatia<Inner<f32>>>>(&config, kind, devices.clone())
-        }
-        (Which::Burn, Precision::F32) => go::<Autodiff<Inner<f32>>>(&config, kind, devices.clone()),
-        #[cfg(feature = "cuda")]
-        (Which::Hypatia, Precision::Bf16) => {
-            go::<Autodiff<hypatia::Hypatia<Inner<half::bf16>>>>(&config, kind, devices.clone())
-        }
-        #[cfg(feature = "cuda")]
-        (Which::Burn, Precision::Bf16) => {
-            go::<Autodiff<Inner<half::bf16>>>(&config, kind, devices.clone())
-        }
-        #[cfg(not(feature = "cuda"))]
-        (_, Precision::Bf16) => panic!("--dtype bf16 needs the `cuda` feature"),
-    };
+    let main = devices[0].clone();
+    let report = train::<B>(&config, &main, strategy::<B>(kind, devices.clone()));
     println!("{report}");
     if args.step_times {
         print!("{}", super::step_times::report());

@@ -268,7 +268,8 @@ pub enum Pattern {
     Linear,
     /// ReLU's backward `mask_fill(dy · Wᵀ, pre <= 0, 0)`.
     MatmulReluGrad,
-    /// The backward of the activations other than ReLU (GELU's `gelu_backward(pre, dy · Wᵀ)`).
+    /// The backward of the activations other than ReLU (GELU's `gelu_backward(pre, dy · Wᵀ)`,
+    /// SiLU's gradient of `x · sigmoid(x)`).
     MatmulActivationGrads,
     /// Linear + bias + ReLU.
     LinearRelu,

@@ -31,6 +31,8 @@ pub enum FusedPattern {
     MatmulReluGrad,
     /// GELU's backward `gelu_backward(pre, dy · Wᵀ)`.
     MatmulGeluGrad,
+    /// SiLU's backward: `Autodiff`'s gradient of `x · sigmoid(x)` through `dy · Wᵀ`.
+    MatmulSiluGrad,
     /// A run of layers as one MLP-chain launch (each layer also counts as `chained` in its
     /// own pattern).
     MlpChain,
@@ -38,7 +40,7 @@ pub enum FusedPattern {
 
 impl FusedPattern {
     /// Every pattern.
-    pub const ALL: [FusedPattern; 11] = [
+    pub const ALL: [FusedPattern; 12] = [
         FusedPattern::Linear,
         FusedPattern::LinearRelu,
         FusedPattern::LinearGelu,
@@ -49,6 +51,7 @@ impl FusedPattern {
         FusedPattern::Matmul,
         FusedPattern::MatmulReluGrad,
         FusedPattern::MatmulGeluGrad,
+        FusedPattern::MatmulSiluGrad,
         FusedPattern::MlpChain,
     ];
 
@@ -65,6 +68,7 @@ impl FusedPattern {
             FusedPattern::Matmul => "matmul",
             FusedPattern::MatmulReluGrad => "matmul-relu-grad",
             FusedPattern::MatmulGeluGrad => "matmul-gelu-grad",
+            FusedPattern::MatmulSiluGrad => "matmul-silu-grad",
             FusedPattern::MlpChain => "mlp-chain",
         }
     }

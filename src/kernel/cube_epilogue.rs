@@ -46,9 +46,10 @@ pub fn activate(value: f32, alpha: f32, beta: f32, #[comptime] activation: Activ
 }
 
 /// An activation's backward at the forward's pre-activation `gate`, applied to `value`
-/// (`dy · Wᵀ`), in f32, with Burn's ops in Burn's order (see [`Gate`]).
+/// (`dy · Wᵀ`), in f32, with Burn's ops in Burn's order (see [`Gate`]). `saved` is SiLU's
+/// saved sigmoid (read from the `mask` operand; unused by the other gates).
 #[cube]
-pub fn gate_grad(value: f32, gate: f32, #[comptime] kind: Gate) -> f32 {
+pub fn gate_grad(value: f32, gate: f32, saved: f32, #[comptime] kind: Gate) -> f32 {
     let mut out = value;
     if comptime![kind == Gate::Relu] {
         out = select(gate <= 0.0f32, 0.0f32, value);
@@ -63,6 +64,14 @@ pub fn gate_grad(value: f32, gate: f32, #[comptime] kind: Gate) -> f32 {
         let sech = -(tanh * tanh) + 1.0f32;
         let y = tanh * 0.5f32 + (inner2 * sech + 0.5f32);
         out = y * value;
+    }
+    if comptime![kind == Gate::Silu] {
+        // Burn's `Autodiff` of `x · sigmoid(x)`: mul's gradients `grad · s` and `grad · x`,
+        // the second through `sigmoid_backward` of a sigmoid recomputed from x (burn-backend's
+        // `sigmoid`, `sigmoid_backward`), then the two added.
+        let sigmoid = f32::exp(-f32::ln(f32::exp(-gate) + 1.0f32));
+        let derivative = sigmoid * (-sigmoid + 1.0f32);
+        out = value * saved + derivative * (value * gate);
     }
     out
 }
@@ -104,7 +113,11 @@ pub fn store_epilogue<F: Float>(
     }
     if comptime![flags.gate != Gate::None] {
         let at = offset / gate.shape(1) * gate.stride(0) + col;
-        value = gate_grad(value, f32::cast_from(gate[at]), flags.gate);
+        let mut saved = 0.0f32;
+        if comptime![flags.gate == Gate::Silu] {
+            saved = f32::cast_from(mask[offset / mask.shape(1) * mask.stride(0) + col]);
+        }
+        value = gate_grad(value, f32::cast_from(gate[at]), saved, flags.gate);
     }
     let stored = F::cast_from(value);
     out[offset] = stored;

@@ -23,7 +23,8 @@ pub struct Candidate {
     pub bias: Option<TensorId>,
     /// The gate of a backward (the forward's pre-activation).
     pub gate: Option<TensorId>,
-    /// Dropout's mask, read before the gate ([`Epilogue::dropout`]).
+    /// Dropout's mask, read before the gate ([`Epilogue::dropout`]), or SiLU's saved sigmoid
+    /// ([`Epilogue::masked`]).
     pub mask: Option<TensorId>,
     /// The window tensors equal to `x · w (+ bias)` before the activation (one of them is
     /// the pattern's pre-activation); empty for relu's backward and a plain matmul.
@@ -72,8 +73,8 @@ pub fn find_candidates(
             let linear = third
                 .filter(|_| !epilogue.gated())
                 .and_then(|b| egraph.lookup(TensorLang::Linear([x, w, b])));
-            // Dropout's mask is the fourth child; the scalars follow.
-            let mask = epilogue.dropout().then(|| children[3]);
+            // Dropout's mask (or SiLU's saved sigmoid) is the fourth child; the scalars follow.
+            let mask = epilogue.masked().then(|| children[3]);
             let scalars: Option<Vec<u64>> = children
                 .get(3 + mask.is_some() as usize..)
                 .unwrap_or_default()

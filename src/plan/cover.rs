@@ -126,6 +126,15 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
         has_matmul.then_some((t, chain))
     };
     let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
+        // SiLU's gradient reads the matmul twice (`g · s`, `g · x`): its side is the
+        // matmul's own output.
+        Epilogue::SiluGrad => {
+            let matmul = (ops.iter())
+                .find(|&&i| window.ops()[i].kind == OpKind::Matmul)
+                .ok_or(Reason::NoMatch)?;
+            let out = window.ops()[*matmul].out().id;
+            (None, (out, producers(window, out, &operands)?))
+        }
         // A backward: the root's input computed through a matmul (relu's mask fill's tensor,
         // the `grad` GELU's derivative multiplies) is the matmul side.
         epilogue if epilogue.gated() => {

@@ -30,8 +30,8 @@ pub struct FusedLinear {
     /// The gate of a backward epilogue ([`Epilogue::gated`]): the forward's pre-activation,
     /// output-shaped.
     pub gate: Option<TensorRef>,
-    /// Dropout's mask ([`Epilogue::dropout`]): the forward's `random_like` tensor,
-    /// output-shaped.
+    /// Dropout's mask ([`Epilogue::dropout`]: the forward's `random_like` tensor) or SiLU's
+    /// saved sigmoid ([`Epilogue::SiluGrad`]), output-shaped.
     #[serde(default)]
     pub mask: Option<TensorRef>,
     /// The activation's output.

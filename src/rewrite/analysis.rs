@@ -60,7 +60,8 @@ impl Analysis<TensorLang> for TensorAnalysis {
             | TensorLang::GeluTanh([x, ..])
             | TensorLang::Silu([x, ..])
             | TensorLang::LeakyRelu([x, ..])
-            | TensorLang::GeluGrad([x, ..]) => info(x),
+            | TensorLang::GeluGrad([x, ..])
+            | TensorLang::Sigmoid([x, ..]) => info(x),
             TensorLang::Cast([x, elem]) => {
                 let elem = egraph[*elem].nodes.iter().find_map(|node| match node {
                     TensorLang::ElemOf(leaf) => Some(leaf.0),

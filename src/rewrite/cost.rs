@@ -49,6 +49,7 @@ impl CostModel {
             | TensorLang::FusedMatmulGeluGrad(_)
             | TensorLang::FusedMatmulReluGradDropout(_)
             | TensorLang::FusedMatmulGeluGradDropout(_)
+            | TensorLang::FusedMatmulSiluGrad(_)
             | TensorLang::FusedLinear(_)
             | TensorLang::FusedLinearGelu(_)
             | TensorLang::FusedLinearGeluTanh(_)
@@ -84,7 +85,8 @@ impl CostModel {
             | TensorLang::GeluTanh(_)
             | TensorLang::Silu(_)
             | TensorLang::LeakyRelu(_)
-            | TensorLang::GeluGrad(_) => LAUNCH,
+            | TensorLang::GeluGrad(_)
+            | TensorLang::Sigmoid(_) => LAUNCH,
         }
     }
 }

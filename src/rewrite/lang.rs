@@ -36,6 +36,9 @@ define_language! {
         // mask, the gate's scalars, then dropout's scale.
         "fused-matmul-relu-grad-dropout" = FusedMatmulReluGradDropout([Id; 5]),
         "fused-matmul-gelu-grad-dropout" = FusedMatmulGeluGradDropout([Id; 14]),
+        // SiLU's backward: x, w, the gate (the forward's pre-activation), its saved sigmoid,
+        // then the scalars of `Epilogue::SiluGrad`'s constants.
+        "fused-matmul-silu-grad" = FusedMatmulSiluGrad([Id; 9]),
         // Elementwise ops of Burn's activations (their scalars are children).
         "mul" = Mul([Id; 2]),
         "mul-scalar" = MulScalar([Id; 2]),
@@ -57,6 +60,9 @@ define_language! {
         // GELU's derivative as Burn's `gelu_backward` computes it from the pre-activation:
         // the pre-activation, then the scalars of `Epilogue::GeluGrad`'s constants.
         "gelu-grad" = GeluGrad([Id; 10]),
+        // Burn's sigmoid of x (`exp(-log(exp(-x) + 1))` in f32, cast back): x, then the
+        // scalars of the two `neg`s and the `1` between them.
+        "sigmoid" = Sigmoid([Id; 4]),
         // The bias of a Linear without one (`linear ?x ?w no-bias` is a matmul).
         "no-bias" = NoBias([Id; 0]),
         // Fused Linear + activation: x, w, bias (or no-bias), then the activation's scalars.
@@ -80,7 +86,7 @@ define_language! {
 
 impl TensorLang {
     /// The epilogue and the children (`x`, `w`, bias, then scalars; the gate of a backward
-    /// as the bias, dropout's mask after it) of a fused node, `None` for any other node.
+    /// as the bias, dropout's mask or SiLU's saved sigmoid after it) of a fused node, `None` for any other node.
     pub fn fused(&self) -> Option<(crate::kernel::Epilogue, &[Id])> {
         use crate::kernel::Epilogue;
         let epilogue = match self {
@@ -92,6 +98,7 @@ impl TensorLang {
             TensorLang::FusedMatmulGeluGrad(_) => Epilogue::GeluGrad,
             TensorLang::FusedMatmulReluGradDropout(_) => Epilogue::ReluGradDropout,
             TensorLang::FusedMatmulGeluGradDropout(_) => Epilogue::GeluGradDropout,
+            TensorLang::FusedMatmulSiluGrad(_) => Epilogue::SiluGrad,
             TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
             TensorLang::FusedLinearSilu(_) => Epilogue::Silu,

@@ -11,7 +11,9 @@ use egg::{Id, Rewrite, Subst, Var, rewrite};
 /// gradient (`gelu_backward(pre, dy · Wᵀ)`, for exact GELU; tanh GELU's `Autodiff` backward is
 /// its ops' own) is the matmul times a function of the same gate. Either may first pass back
 /// through dropout (`mul(mul_scalar(dy · Wᵀ, 1 / (1 - p)), mask)`), which the epilogue applies
-/// too.
+/// too. SiLU's gradient, as `Autodiff` composes it from `x · sigmoid(x)`, is two products of
+/// the matmul, one through a sigmoid recomputed from the gate: the epilogue computes both,
+/// reading the forward's saved sigmoid as a second gate-shaped operand.
 ///
 /// Relu has three spellings in Burn 0.21: `relu` (`mask_fill(x, x <= 0, 0)`), `clamp_min(x, 0)`
 /// (`mask_fill(x, x < 0, 0)`) and `max_pair(x, zeros)` (`mask_where(x, x < z, z)`). All three keep
@@ -64,6 +66,11 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         // Dropout's backward before the gate: `mul(mul_scalar(dy · Wᵀ, 1 / (1 - p)), mask)`.
         rewrite!("relu-grad-dropout-to-fused"; "(mask-fill (mul (mul-scalar (matmul ?x ?w) ?c) ?m) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad-dropout ?x ?w ?g ?m ?c)" if gates_output(&["?g", "?m"], &["?x", "?w", "?g", "?m"])),
         rewrite!("gelu-grad-dropout-to-fused"; "(mul (gelu-grad ?g ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2) (mul (mul-scalar (matmul ?x ?w) ?c) ?m))" => "(fused-matmul-gelu-grad-dropout ?x ?w ?g ?m ?p ?c1 ?c2 ?c3 ?c4 ?neg ?one ?h1 ?h2 ?c)" if gates_output(&["?g", "?m"], &["?x", "?w", "?g", "?m"])),
+        // sigmoid: cast(exp(-log(exp(-cast(x, f32)) + 1)), x's type), burn-backend's `sigmoid`
+        rewrite!("sigmoid";               "(cast (exp (mul-scalar (log (add-scalar (exp (mul-scalar (cast ?x ?f) ?n)) ?one)) ?m)) ?e)" => "(sigmoid ?x ?n ?one ?m)" if is_float("?x")),
+        // SiLU's backward (`Autodiff` of `x · sigmoid(x)`, s its saved sigmoid, g = dy · Wᵀ):
+        // `g · s + (σ · (-σ + 1)) · (g · x)`, σ recomputed from x by `sigmoid`'s backward.
+        rewrite!("silu-grad-to-fused";    "(add (mul (matmul ?a ?w) ?s) (mul (mul (sigmoid ?x ?n ?one ?m) (add-scalar (mul-scalar (sigmoid ?x ?n ?one ?m) ?n2) ?one2)) (mul (matmul ?a ?w) ?x)))" => "(fused-matmul-silu-grad ?a ?w ?x ?s ?n ?one ?m ?n2 ?one2)" if gates_output(&["?x", "?s"], &["?a", "?w", "?x", "?s"])),
         rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output(&["?g"], &["?x", "?w", "?g"])),
     ]
 }
@@ -362,6 +369,49 @@ mod tests {
     rewrite_test!(gelu_backward_on_a_broadcast_gate_stays,
         &format!("(mul {} (matmul t1:f32:1x3 t2:f32:3x2))", gelu_grad_of("t5:f32:0x2"))
         => format!("(mul (gelu-grad t5:f32:0x2 {GELU_GRAD_SCALARS}) (fused-matmul t1:f32:1x3 t2:f32:3x2))"));
+
+    /// `Autodiff`'s gradient of `silu(x)` for the matmul `g`, s the saved sigmoid (scalars 20
+    /// to 24, the order of `Epilogue::SiluGrad`'s constants); `commuted` swaps every sum's and
+    /// product's operands.
+    fn silu_grad_of(g: &str, x: &str, s: &str, commuted: bool) -> String {
+        let pair = |a: &str, b: &str| match commuted {
+            true => format!("{b} {a}"),
+            false => format!("{a} {b}"),
+        };
+        let sigmoid = format!(
+            "(cast (exp (mul-scalar (log (add-scalar (exp (mul-scalar (cast {x} elem:f32) scalar:20)) scalar:21)) scalar:22)) elem:f32)"
+        );
+        let one_minus = format!("(add-scalar (mul-scalar {sigmoid} scalar:23) scalar:24)");
+        let derivative = format!("(mul {})", pair(&sigmoid, &one_minus));
+        let direct = format!("(mul {})", pair(g, s));
+        let through = format!(
+            "(mul {})",
+            pair(&derivative, &format!("(mul {})", pair(g, x)))
+        );
+        format!("(add {})", pair(&direct, &through))
+    }
+
+    const SILU_GRAD_SCALARS: &str = "scalar:20 scalar:21 scalar:22 scalar:23 scalar:24";
+
+    rewrite_test!(silu_backward_fuses,
+        &silu_grad_of("(matmul t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1))", "t5:f32:1x2", "t6:f32:1x2", false)
+        => format!("(fused-matmul-silu-grad t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1) t5:f32:1x2 t6:f32:1x2 {SILU_GRAD_SCALARS})"));
+    rewrite_test!(silu_backward_with_its_sums_and_products_commuted_fuses,
+        &silu_grad_of("(matmul t1:f32:1x3 t2:f32:3x2)", "t5:f32:1x2", "t6:f32:1x2", true)
+        => format!("(fused-matmul-silu-grad t1:f32:1x3 t2:f32:3x2 t5:f32:1x2 t6:f32:1x2 {SILU_GRAD_SCALARS})"));
+
+    /// A saved sigmoid that is broadcast (or a gate that is) is not read element for element.
+    #[test]
+    fn silu_backward_with_a_broadcast_operand_stays() {
+        for (x, s) in [("t5:f32:1x2", "t6:f32:0x2"), ("t5:f32:0x2", "t6:f32:1x2")] {
+            let best = best(&silu_grad_of("(matmul t1:f32:1x3 t2:f32:3x2)", x, s, false));
+            assert!(!best.contains("silu-grad"), "{best}");
+            assert!(
+                best.contains("(fused-matmul t1:f32:1x3 t2:f32:3x2)"),
+                "{best}"
+            );
+        }
+    }
 
     rewrite_test!(relu_backward_through_dropout_fuses,
         "(mask-fill (mul (mul-scalar (matmul t1:f32:1x3 t2:f32:3x2) scalar:7) t6:f32:1x2) (le t5:f32:1x2 scalar:0) scalar:1)"

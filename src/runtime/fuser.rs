@@ -31,11 +31,12 @@ const SOFT_WINDOW: usize = 48;
 /// the fuser closes. An open fuser keeps burn-fusion's block open, and a block that closes with
 /// no ready fuser runs every op un-fused, so Hypatia must not hold ops it will not claim.
 const PENDING: usize = 16;
-/// Ops of GELU's backward from its first op (`powi(pre, 3)`, of a tensor made before the
-/// window) to its last (`mul(y, grad)`): a window that has begun one may grow by that much more,
-/// past the ops autodiff puts between the `dy · Wᵀ` matmul and the derivative (the layer above's
-/// weight and bias gradients; decision record 0021).
-const GELU_GRAD_OPS: usize = 16;
+/// Ops of an activation's derivative from its first op (GELU's `powi(pre, 3)`, or the `cast` of
+/// the sigmoid SiLU's backward recomputes, of a tensor made before the window) to its last
+/// (`mul(y, grad)`, the sum of SiLU's two gradients): a window that has begun one may grow by
+/// that much more, past the ops autodiff puts between the `dy · Wᵀ` matmul and the derivative
+/// (the layer above's weight and bias gradients; decision record 0021).
+const ACTIVATION_GRAD_OPS: usize = 16;
 /// Score bonus over Burn's fusers (whose scores count fused ops): a fused matmul epilogue
 /// saves more than any elementwise fusion of the same ops.
 const SCORE_BONUS: u64 = 1 << 20;
@@ -147,8 +148,8 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
 
 impl<R: CubeRuntime> HypatiaFuser<R> {
     /// Whether a later op could still give the window a longer claim: every claim begins with
-    /// a matmul (after free views), and its ops follow within [`PENDING`] ops ([`GELU_GRAD_OPS`]
-    /// more once a GELU derivative has begun).
+    /// a matmul (after free views), and its ops follow within [`PENDING`] ops
+    /// ([`ACTIVATION_GRAD_OPS`] more once a GELU or SiLU derivative has begun).
     ///
     /// A window led by bookkeeping (autodiff freeing the last step's tensors, in an order that
     /// varies) closes at once, as Burn's fusers do: burn-fusion then runs each drop as its own
@@ -162,13 +163,14 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             return true;
         };
         let claimed = self.claim.as_ref().map_or(first + 1, |plan| plan.len);
-        // A derivative's first op cubes the saved pre-activation, made before the window (a
-        // forward's tanh GELU cubes a tensor of its own window).
+        // A derivative's first op cubes (GELU) or casts (SiLU's recomputed sigmoid) the saved
+        // pre-activation, made before the window (a forward's tanh GELU cubes, and its SiLU
+        // casts, a tensor of its own window).
         let derivative = ops[claimed.min(ops.len())..].iter().any(|op| {
-            op.kind == OpKind::PowfScalar
+            matches!(op.kind, OpKind::PowfScalar | OpKind::Cast)
                 && (op.inputs.first()).is_some_and(|x| self.window.find_producer(x.id).is_none())
         });
-        let pending = PENDING + if derivative { GELU_GRAD_OPS } else { 0 };
+        let pending = PENDING + if derivative { ACTIVATION_GRAD_OPS } else { 0 };
         self.window.starts_with_matmul() && ops.len() <= claimed + pending
     }
 

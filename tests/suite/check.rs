@@ -318,6 +318,8 @@ pub enum Properties {
     Backward,
     /// Linear+GELU backward through dropout, 6 cases.
     GeluBackward,
+    /// Linear+SiLU backward, 6 cases.
+    SiluBackward,
     /// Chained MLPs, 6 cases.
     Chains,
 }
@@ -336,6 +338,10 @@ pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
         Properties::GeluBackward => format!(
             "{:?}",
             check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Gelu, true)
+        ),
+        Properties::SiluBackward => format!(
+            "{:?}",
+            check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Silu, false)
         ),
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };

@@ -54,6 +54,16 @@ pub fn gelu_grad_reference(g: f64) -> f64 {
     t * 0.5 + ((g3 * 0.0535161 + g * 0.398942) * (-(t * t) + 1.0) + 0.5)
 }
 
+/// SiLU's gradient at the pre-activation `x` applied to `dh`, as Burn 0.21's `Autodiff`
+/// composes it from `x · sigmoid(x)`, in float64 and in its order (`dh · s` plus
+/// `(σ · (1 - σ)) · (dh · x)`, so an infinite `x` gives NaN as Burn's does): the reference of
+/// the fused SiLU backward.
+#[allow(dead_code)] // not every test binary that includes this module checks it
+pub fn silu_grad_reference(x: f64, dh: f64) -> f64 {
+    let sigmoid = (-(((-x).exp() + 1.0).ln())).exp();
+    dh * sigmoid + (sigmoid * (-sigmoid + 1.0)) * (dh * x)
+}
+
 /// Deterministic values in [-1, 1) (a 64-bit LCG; no dependency, same on every machine).
 pub fn values(seed: u64, len: usize) -> Vec<f32> {
     let mut state = seed

@@ -43,7 +43,7 @@ fn isolated(name: &str, body: impl FnOnce()) {
     }
 }
 
-/// One module of tests for the dtype `$dtype`: the six every half dtype runs, then `$name`s of
+/// One module of tests for the dtype `$dtype`: the seven every half dtype runs, then `$name`s of
 /// its own, each test named and run in a process of its own.
 macro_rules! half_tests {
     ($dtype:ident $(, $name:ident => $body:expr)* $(,)?) => {
@@ -57,6 +57,7 @@ macro_rules! half_tests {
                 forward_properties_hold => check::check_half_properties::<F>(Properties::Forward),
                 backward_properties_hold => check::check_half_properties::<F>(Properties::Backward),
                 gelu_backward_properties_hold => check::check_half_properties::<F>(Properties::GeluBackward),
+                silu_backward_properties_hold => check::check_half_properties::<F>(Properties::SiluBackward),
                 chain_properties_hold => check::check_half_properties::<F>(Properties::Chains),
                 $($name => $body),*
             );
@@ -75,13 +76,14 @@ macro_rules! half_tests {
 
 half_tests!(f16);
 
-// Burn's guide model, a Transformer encoder classifier (with dropout and without) and a
-// Llama-style decoder layer
-// (`tests/suite/user_models.rs`) train in bf16 only: it is what such models train in.
+// Burn's guide model, a Transformer encoder classifier (with dropout and without), a SiLU
+// classifier and a Llama-style decoder layer (`tests/suite/user_models.rs`) train in bf16
+// only: it is what such models train in.
 half_tests!(bf16,
     guide_trains_as_on_burn => models(user_models::guide_trains_as_on_burn::<F>),
     encoder_trains_as_on_burn => models(user_models::encoder_trains_as_on_burn::<F>),
     bert_trains_as_on_burn => models(user_models::bert_trains_as_on_burn::<F>),
+    silu_mlp_trains_as_on_burn => models(user_models::silu_mlp_trains_as_on_burn::<F>),
     llama_trains_as_on_burn => models(user_models::llama_trains_as_on_burn::<F>),
 );
 

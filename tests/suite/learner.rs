@@ -32,6 +32,16 @@ fn args(backend: Which, dir: &str) -> RunArgs {
     }
 }
 
+/// Burn's side: its own fused backend. On CUDA its bools are u32, not `Cuda`'s u8: with u8
+/// bools Burn 0.21 alone fails this run, a cached fused-matmul winner tuned on an f32-only
+/// trace running a later trace with a `bool` output (decision record 0019). The bool type
+/// changes no float op of the run.
+#[cfg(feature = "cuda")]
+type BurnSide =
+    burn_fusion::Fusion<burn_cubecl::CubeBackend<super::common::Runtime, f32, i32, u32>>;
+#[cfg(not(feature = "cuda"))]
+type BurnSide = example::Inner<f32>;
+
 /// Same seed, same batches: the per-epoch mean losses agree within 5%. With the batches made on
 /// the training thread, three runs of each backend printed the same four digits on lavapipe,
 /// Hypatia's equal to Burn's (decision record 0008); a fused step that is wrong moves them by
@@ -45,7 +55,7 @@ fn learner_trains_on_hypatia_as_on_burn() {
         Strategy::Single,
         device.clone(),
     );
-    let burn = example::run(
+    let burn = example::run_on::<burn::backend::Autodiff<BurnSide>>(
         &args(Which::Burn, "hypatia-learner-b"),
         Strategy::Single,
         device.clone(),

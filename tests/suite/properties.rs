@@ -22,7 +22,7 @@ use super::check::burn_tolerance;
 use super::common::*;
 use burn::backend::Autodiff;
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, relu};
+use burn::tensor::activation::{gelu, relu, silu};
 use burn::tensor::{DType, Element};
 use hypatia::FusedPattern;
 use hypatia::config::ExecutionPolicy;
@@ -47,6 +47,8 @@ pub enum Act {
     Relu,
     /// Exact `gelu`: its gradient is Burn's `gelu_backward(pre, dy · vᵀ)`.
     Gelu,
+    /// `silu`: its gradient is `Autodiff`'s of `pre · sigmoid(pre)`, with the saved sigmoid.
+    Silu,
 }
 
 impl Act {
@@ -55,17 +57,19 @@ impl Act {
         match self {
             Act::Relu => FusedPattern::MatmulReluGrad,
             Act::Gelu => FusedPattern::MatmulGeluGrad,
+            Act::Silu => FusedPattern::MatmulSiluGrad,
         }
     }
 
     /// The activation's derivative at `pre` times `dh`, in float64: relu's mask (a NaN `pre`
-    /// keeps `dh`, like Burn's `mask_fill`), or the tanh approximation's derivative Burn 0.21's
-    /// `gelu_backward` computes for both GELUs, in its order.
+    /// keeps `dh`, like Burn's `mask_fill`), the tanh approximation's derivative Burn 0.21's
+    /// `gelu_backward` computes for both GELUs, or SiLU's, each in Burn's order.
     fn grad(self, pre: f64, dh: f64) -> f64 {
         match self {
             Act::Relu if pre <= 0.0 => 0.0,
             Act::Relu => dh,
             Act::Gelu => gelu_grad_reference(pre) * dh,
+            Act::Silu => silu_grad_reference(pre, dh),
         }
     }
 }
@@ -442,6 +446,7 @@ fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
     let h = match act {
         Act::Relu => relu(y),
         Act::Gelu => gelu(y),
+        Act::Silu => silu(y),
     };
     let h = match dropout {
         // burn-nn's `Dropout::forward`, its random tensor given.

@@ -417,6 +417,14 @@ fn a_bert_style_encoder_trains_as_on_burn_with_its_gelu_fused() {
     user_models::bert_trains_as_on_burn::<f32>();
 }
 
+/// A classifier with a SiLU hidden layer (`user_models.rs`) trains on Hypatia as on Burn, its
+/// SiLU backward fused.
+#[test]
+fn a_silu_classifier_trains_as_on_burn_with_its_silu_backward_fused() {
+    let _serial = serial();
+    user_models::silu_mlp_trains_as_on_burn::<f32>();
+}
+
 /// A Llama-style decoder layer (`user_models.rs`) trains on Hypatia as on Burn, bit for bit
 /// where Hypatia claims none of its steps.
 #[test]

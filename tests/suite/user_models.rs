@@ -450,6 +450,60 @@ pub fn bert_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     });
 }
 
+/// A classifier with a SiLU hidden layer, as users write one (`Linear → silu → Linear`, the
+/// activation from `burn::tensor::activation`), on the guide's images flattened.
+#[derive(Module, Debug)]
+struct SiluMlp<B: Backend> {
+    hidden: Linear<B>,
+    out: Linear<B>,
+}
+
+impl<B: Backend> SiluMlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            hidden: LinearConfig::new(28 * 28, 96).init(device),
+            out: LinearConfig::new(96, 10).init(device),
+        }
+    }
+
+    fn forward(&self, images: Tensor<B, 3>) -> Tensor<B, 2> {
+        let x = images.flatten(1, 2);
+        let h = burn::tensor::activation::silu(self.hidden.forward(x));
+        self.out.forward(h)
+    }
+}
+
+fn train_silu_mlp<B: AutodiffBackend>(steps: usize) -> Run {
+    let device = Default::default();
+    let (model, losses) = fit(17, SiluMlp::<B>::new, steps, 3e-3, |model, step| {
+        let (x, y) = images::<B>(step, &device);
+        (model.forward(x), y)
+    });
+    let (x, _) = images::<B::InnerBackend>(steps, &device);
+    run_of(&model, losses, model.valid().forward(x).into_data())
+}
+
+/// The SiLU classifier trains on Hypatia as on Burn, in `F`, with SiLU's backward fused in
+/// every step (its forward keeps the pre-activation and the sigmoid for `Autodiff`).
+pub fn silu_mlp_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
+    let executed = || hypatia::stats(&device()).executed(FusedPattern::MatmulSiluGrad);
+    let before = executed();
+    trains_as_on_burn::<F>(
+        "silu-mlp",
+        train_silu_mlp::<Autodiff<FusedOf<F>>>,
+        train_silu_mlp::<Autodiff<PlainOf<F>>>,
+        bare!(train_silu_mlp, F),
+    );
+    let stats = hypatia::stats(&device());
+    let ran = executed() - before;
+    assert!(
+        ran >= 12,
+        "matmul-silu-grad ran {ran} times in 12 steps: {:?}; declined: {:?}",
+        stats.patterns.get(FusedPattern::MatmulSiluGrad),
+        stats.declined
+    );
+}
+
 /// Runs `train` and asserts that the encoder's two feed-forward blocks ran fused on Hypatia's
 /// side of it: their Linear + GELU forward, and GELU's backward (through dropout, where the
 /// model has it).

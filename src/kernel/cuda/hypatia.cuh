@@ -44,6 +44,9 @@ __device__ __forceinline__ float activate(float v, u32 act, float alpha, float b
 #define GATE_NONE 0u
 #define GATE_RELU 1u
 #define GATE_GELU 2u
+// SiLU's backward also reads the forward's saved sigmoid, a second operand the Hopper kernel
+// does not read: it declines GATE_SILU, and gate_grad has no case for it.
+#define GATE_SILU 3u
 
 __device__ __forceinline__ float gate_grad(float v, float g, u32 gate) {
     switch (gate) {

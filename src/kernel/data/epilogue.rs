@@ -43,6 +43,11 @@ pub enum Epilogue {
     /// [`Epilogue::GeluGrad`] of a gradient that first passed back through Burn's dropout, as
     /// [`Epilogue::ReluGradDropout`].
     GeluGradDropout,
+    /// SiLU's backward on `dy · Wᵀ` as Burn's `Autodiff` computes it for `x · sigmoid(x)`:
+    /// the product's two gradients, the second through a sigmoid recomputed from the gate `x`
+    /// (the forward's pre-activation), with the forward's saved sigmoid `s` as a second
+    /// gate-shaped operand (the `mask` slot): see [`Gate::Silu`].
+    SiluGrad,
 }
 
 impl Epilogue {
@@ -54,6 +59,7 @@ impl Epilogue {
             Epilogue::Identity => FusedPattern::Matmul,
             Epilogue::ReluGrad | Epilogue::ReluGradDropout => FusedPattern::MatmulReluGrad,
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => FusedPattern::MatmulGeluGrad,
+            Epilogue::SiluGrad => FusedPattern::MatmulSiluGrad,
             Epilogue::Gelu => FusedPattern::LinearGelu,
             Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
             Epilogue::Silu => FusedPattern::LinearSilu,
@@ -70,7 +76,8 @@ impl Epilogue {
             | Epilogue::ReluGrad
             | Epilogue::GeluGrad
             | Epilogue::ReluGradDropout
-            | Epilogue::GeluGradDropout => Activation::None,
+            | Epilogue::GeluGradDropout
+            | Epilogue::SiluGrad => Activation::None,
             Epilogue::Gelu => Activation::Gelu,
             Epilogue::GeluTanh => Activation::GeluTanh,
             Epilogue::Silu => Activation::Silu,
@@ -90,8 +97,15 @@ impl Epilogue {
         match self {
             Epilogue::ReluGrad | Epilogue::ReluGradDropout => Gate::Relu,
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => Gate::Gelu,
+            Epilogue::SiluGrad => Gate::Silu,
             _ => Gate::None,
         }
+    }
+
+    /// Whether the epilogue reads a second gate-shaped tensor (the `mask` operand): dropout's
+    /// mask, or SiLU's saved sigmoid.
+    pub fn masked(&self) -> bool {
+        self.dropout() || self.gate() == Gate::Silu
     }
 
     /// Whether the accumulator is first scaled and multiplied by a mask tensor (dropout's
@@ -111,6 +125,7 @@ impl Epilogue {
             Epilogue::Silu => &[-1.0, 1.0, -1.0],
             Epilogue::LeakyRelu => &[0.0],
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => &GELU_GRAD_CONSTANTS,
+            Epilogue::SiluGrad => &SILU_GRAD_CONSTANTS,
             Epilogue::Relu
             | Epilogue::Identity
             | Epilogue::ReluGrad
@@ -137,6 +152,11 @@ pub const GELU_GRAD_CONSTANTS: [f64; 9] = [
     3.0, 0.0356774, 0.797885, 0.0535161, 0.398942, -1.0, 1.0, 0.5, 0.5,
 ];
 
+/// The scalars of SiLU's backward under Burn 0.21's `Autodiff`, in the order of the
+/// `fused-matmul-silu-grad` node: the recomputed sigmoid's (`neg` as `mul_scalar(-1)`, the
+/// `1` added, the second `neg`), then `sigmoid_backward`'s `neg` and the `1` added to it.
+pub const SILU_GRAD_CONSTANTS: [f64; 5] = [-1.0, 1.0, -1.0, -1.0, 1.0];
+
 /// What a backward epilogue does with its gate `g` (the forward's pre-activation, read element
 /// for element) and the accumulator `x` (`dy · Wᵀ`). The values are the codes of the CUDA
 /// kernels' `GATE_*` macros (`cuda/hypatia.cuh`; a test checks that the two agree).
@@ -152,6 +172,12 @@ pub enum Gate {
     /// exact GELU): with `t = tanh(0.0356774·g³ + 0.797885·g)`,
     /// `(t·0.5 + ((0.0535161·g³ + 0.398942·g) · (-(t·t) + 1) + 0.5)) · x`.
     Gelu = 2,
+    /// SiLU's backward as Burn 0.21's `Autodiff` computes it for `x · sigmoid(x)`, with `s`
+    /// the forward's saved sigmoid (the epilogue's `mask` operand) and
+    /// `σ = exp(-ln(exp(-g) + 1))` recomputed (as `sigmoid`'s backward does):
+    /// `x·s + (σ · (-σ + 1)) · (x·g)`. The kernels read `s` where dropout reads its mask, so
+    /// the Hopper kernel, which reads no mask, declines it.
+    Silu = 3,
 }
 
 impl Gate {
@@ -254,6 +280,7 @@ mod tests {
             ("GATE_NONE", Gate::None),
             ("GATE_RELU", Gate::Relu),
             ("GATE_GELU", Gate::Gelu),
+            ("GATE_SILU", Gate::Silu),
         ];
         for (name, gate) in gates {
             let line = (source.lines()).find(|l| l.starts_with(&format!("#define {name} ")));

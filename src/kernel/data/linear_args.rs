@@ -28,8 +28,8 @@ pub struct LinearArgs<R: CubeRuntime> {
     /// The gate of a backward epilogue ([`Epilogue::gated`]): the output's shape, rows
     /// contiguous or pitched (the Hopper kernel takes only contiguous ones).
     pub gate: Option<CubeTensor<R>>,
-    /// Dropout's mask ([`Epilogue::dropout`]), laid out as the gate (the Hopper kernel reads
-    /// none).
+    /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid, laid out as the gate
+    /// (the Hopper kernel reads none).
     pub mask: Option<CubeTensor<R>>,
     /// The activation's run-time parameters (see
     /// [`EpilogueInputs::params`](crate::kernel::EpilogueInputs::params)).

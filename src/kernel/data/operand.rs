@@ -106,7 +106,7 @@ pub struct EpilogueInputs<'a, R: Runtime> {
     /// The gate of a backward epilogue ([`Epilogue::gated`]), of the output's shape, rows
     /// contiguous or pitched (see [`check_gate`](super::check_gate)).
     pub gate: Option<&'a Operand<R>>,
-    /// Dropout's mask ([`Epilogue::dropout`]), laid out as the gate.
+    /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid, laid out as the gate.
     pub mask: Option<&'a Operand<R>>,
     /// The run-time parameters of the activation ([`Epilogue::parameters`]): LeakyReLU's
     /// slope, clamp's min and max, dropout's scale; unused entries are zero.

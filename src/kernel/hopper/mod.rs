@@ -152,8 +152,8 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if args.epilogue.gated() != args.gate.is_some() {
         return Err("a gate goes with a backward epilogue".into());
     }
-    if args.epilogue.dropout() || args.mask.is_some() {
-        return Err("dropout's mask is not read by the Hopper kernel".into());
+    if args.epilogue.masked() || args.mask.is_some() {
+        return Err("a second gate operand (dropout's mask, SiLU's saved sigmoid) is not read by the Hopper kernel".into());
     }
     if let Some(gate) = &args.gate
         && !is_contiguous(gate.meta.shape(), gate.meta.strides())

@@ -1,4 +1,4 @@
-//! The backward of ReLU and GELU: the gated `dy · Wᵀ` step with its bias gradient, and weight
+//! The backward of ReLU, GELU and SiLU: the gated `dy · Wᵀ` step with its bias gradient, and weight
 //! gradients.
 
 use super::*;
@@ -20,7 +20,7 @@ fn dropout_backward(ir: &mut IrBuilder, grad: T) -> T {
 }
 
 /// [`relu_backward_layer`] with the backward of `epilogue`'s activation (relu's mask fill or
-/// GELU's `gelu_backward(pre, dy · w2ᵀ)`).
+/// GELU's `gelu_backward(pre, dy · w2ᵀ)`, or SiLU's gradient with its saved sigmoid).
 fn backward_layer(
     ir: &mut IrBuilder,
     shape: &[usize],
@@ -43,6 +43,10 @@ fn backward_layer(
             ir.mask_fill(dx, mask)
         }
         Epilogue::GeluGrad | Epilogue::GeluGradDropout => ir.gelu_backward(pre, dx),
+        Epilogue::SiluGrad => {
+            let saved = ir.param(&hidden);
+            ir.silu_backward(pre, saved, dx)
+        }
         other => panic!("{other:?} is no backward"),
     };
     let dw = (rank == 2).then(|| {
@@ -82,6 +86,7 @@ fn a_backward_produces_its_bias_gradient() {
         Epilogue::GeluGrad,
         Epilogue::ReluGradDropout,
         Epilogue::GeluGradDropout,
+        Epilogue::SiluGrad,
     ];
     let cases = epilogues
         .into_iter()
@@ -102,9 +107,15 @@ fn a_backward_produces_its_bias_gradient() {
             let derivative = producer(&ir, &outputs, dpre);
             assert!(gated.ops.len() >= 16 && gated.ops.contains(&derivative));
         }
+        // SiLU's: the recomputed sigmoid and its derivative are the step's, five constants
+        // guarded, the saved sigmoid an operand.
+        if epilogue == Epilogue::SiluGrad {
+            assert_eq!(plan.guards.len(), 5, "{:?}", plan.guards);
+            assert!(gated.ops.len() >= 14, "{:?}", gated.ops);
+        }
         // Dropout's scale is read at run time, never guarded; its mask is an operand.
         assert_eq!(gated.params.len(), epilogue.dropout() as usize);
-        assert_eq!(gated.mask.is_some(), epilogue.dropout());
+        assert_eq!(gated.mask.is_some(), epilogue.masked());
         assert!(plan.guards.iter().all(|g| !gated.params.contains(&g.id)));
         let grad = gated.bias_grad.as_ref().expect("its bias gradient too");
         assert_eq!(grad.out, id(*sums.last().unwrap()), "{shape:?}");
@@ -272,15 +283,17 @@ fn a_relu_backward_sum_stays_with_the_gated_step() {
 }
 
 #[test]
-fn gelu_backward_follows_its_option() {
-    let mut ir = IrBuilder::new();
-    let (dpre, db, dw, _) = backward_layer(&mut ir, &[17, 8], Epilogue::GeluGrad);
-    let outputs = [db, dw.unwrap()];
-    let off = PlanOptions {
-        activation_grads: false,
-        ..CLAIM_MATMULS
-    };
-    let plan = plan_with(&ir, &outputs, off);
-    assert!(plan.fused().all(|s| s.epilogue != Epilogue::GeluGrad));
-    assert!(plan.fused().all(|s| s.out != id(dpre)), "{plan:?}");
+fn activation_backwards_follow_their_option() {
+    for epilogue in [Epilogue::GeluGrad, Epilogue::SiluGrad] {
+        let mut ir = IrBuilder::new();
+        let (dpre, db, dw, _) = backward_layer(&mut ir, &[17, 8], epilogue);
+        let outputs = [db, dw.unwrap()];
+        let off = PlanOptions {
+            activation_grads: false,
+            ..CLAIM_MATMULS
+        };
+        let plan = plan_with(&ir, &outputs, off);
+        assert!(plan.fused().all(|s| s.epilogue != epilogue));
+        assert!(plan.fused().all(|s| s.out != id(dpre)), "{plan:?}");
+    }
 }

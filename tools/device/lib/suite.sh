@@ -52,7 +52,10 @@ half_bf16-prop-backward-1|lib|--exact suite::half::bf16::backward_properties_hol
 half_bf16-prop-backward-2|lib|--exact suite::half::bf16::backward_properties_hold --include-ignored|PROPTEST_CASES=2 PROPTEST_RNG_SEED=3
 half_f16-prop-gelu-backward|lib|--exact suite::half::f16::gelu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
 half_bf16-prop-gelu-backward|lib|--exact suite::half::bf16::gelu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
+half_f16-prop-silu-backward|lib|--exact suite::half::f16::silu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
+half_bf16-prop-silu-backward|lib|--exact suite::half::bf16::silu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
 lib-prop-gelu-backward|lib|suite::property_tests::gelu_backward|PROPTEST_CASES=4
+lib-prop-silu-backward|lib|suite::property_tests::silu_backward|PROPTEST_CASES=4
 lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=1
 lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
 half_f16-prop-chains|lib|--exact suite::half::f16::chain_properties_hold --include-ignored
@@ -60,7 +63,7 @@ half_bf16-prop-chains|lib|--exact suite::half::bf16::chain_properties_hold --inc
 hopper|hopper|--skip wgmma_linear_matches_f64_reference --skip engine_candidates_on_tiny_problems
 half_f16|lib|suite::half::f16::matches_burn suite::half::f16::mlp_chains_match_burn --include-ignored
 half_bf16|lib|suite::half::bf16::matches_burn suite::half::bf16::mlp_chains_match_burn --include-ignored
-half_bf16-models|lib|suite::half::bf16::guide_trains suite::half::bf16::encoder_trains suite::half::bf16::bert_trains suite::half::bf16::llama_trains --include-ignored
+half_bf16-models|lib|suite::half::bf16::guide_trains suite::half::bf16::encoder_trains suite::half::bf16::bert_trains suite::half::bf16::silu_mlp_trains suite::half::bf16::llama_trains --include-ignored
 lib-train|lib|suite::train
 lib-long-run|lib|suite::long_run
 lib-prop-forward|lib|suite::property_tests::forward
