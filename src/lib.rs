@@ -208,4 +208,6 @@ mod book {
     struct Decision0021;
     #[doc = include_str!("../docs/decisions/0022-silu-backward.md")]
     struct Decision0022;
+    #[doc = include_str!("../docs/decisions/0023-kept-values-recomputed.md")]
+    struct Decision0023;
 }

@@ -4,11 +4,14 @@
 //! Generic in the burn-fusion runtime ([`CubeStream`]): `execute` does not name the runtime
 //! that registers the fusers (`runtime`), so that side stays the only one a Burn port touches.
 
+use super::run_unfused;
 use burn_cubecl::CubeRuntime;
+use burn_cubecl_fusion::optim::elemwise::{ElementWiseFuser, ElemwiseOptimization};
 use burn_cubecl_fusion::optim::{CubeOptimization, matmul::MatmulOptimization};
 use burn_cubecl_fusion::{CubeFusionHandle, FallbackOperation};
 use burn_fusion::stream::{Context, OrderedExecution};
-use burn_fusion::{FusionRuntime, UnfusedOp};
+use burn_fusion::{FusionRuntime, OperationFuser, UnfusedOp};
+use burn_ir::OperationIr;
 
 /// A burn-fusion runtime whose handles are CubeCL's: the stream a plan's block runs in
 /// (Hypatia's own runtime, `runtime::HypatiaRuntime`).
@@ -69,5 +72,44 @@ fn fallback_at<R: CubeRuntime, F: CubeStream<R>>(
         Box::new(UnfusedFallback {
             operation: execution.operation_within_optimization(first_op + index),
         })
+    }
+}
+
+/// Burn's elementwise fusion of a step's recomputed ops (block order; `ops` are the block's
+/// relative ops, as the fuser was fed them): one kernel, as Burn's `ElementWiseFuser` would
+/// have run them among the step's other ops (decision record 0023). `None` where there are
+/// none, or the fuser does not take them all.
+pub fn recompute_fused<R: CubeRuntime>(
+    ops: &[OperationIr],
+    recomputed: &[usize],
+    device: &R::Device,
+) -> Option<ElemwiseOptimization<R>> {
+    if recomputed.is_empty() {
+        return None;
+    }
+    let mut fuser = ElementWiseFuser::<R>::new(device.clone());
+    for &op in recomputed {
+        fuser.fuse(ops.get(op)?);
+    }
+    if fuser.len() != recomputed.len() {
+        return None;
+    }
+    match fuser.finish() {
+        CubeOptimization::ElementWise(optimization) => Some(optimization),
+        _ => None,
+    }
+}
+
+/// Runs a step's recomputed ops after its kernel: through Burn's elementwise fusion of them
+/// where [`recompute_fused`] built one, else one by one.
+pub(crate) fn run_recomputed<R: CubeRuntime, F: CubeStream<R>>(
+    fused: Option<&ElemwiseOptimization<R>>,
+    recomputed: &[usize],
+    context: &mut Context<CubeFusionHandle<R>>,
+    execution: &OrderedExecution<F>,
+) {
+    match fused {
+        Some(optimization) => optimization.execute(context),
+        None => run_unfused(recomputed.iter().copied(), context, execution),
     }
 }

@@ -34,8 +34,8 @@ mod step;
 mod step_loop;
 pub mod verify;
 
-pub use burn_path::CubeStream;
 pub(crate) use burn_path::execute_burn;
+pub use burn_path::{CubeStream, recompute_fused};
 pub use fallback::{FallbackReason, run_unfused};
 pub(crate) use fallback::{defer_error, take_deferred};
 pub use policy::*;

@@ -1,7 +1,7 @@
 //! One fused step on Hypatia's side: the execution chosen for it (tiled, tensor-core engine,
 //! split), its launch, its first-launch and verify checks, or Burn's ops where it cannot run.
 
-use super::burn_path::CubeStream;
+use super::burn_path::{CubeStream, run_recomputed};
 use super::context::*;
 use super::verify::compare;
 use super::{Execution, choose_execution, has_matrix_units};
@@ -17,6 +17,7 @@ use crate::plan::{FusedLinear, TensorRef};
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
+use burn_cubecl_fusion::optim::elemwise::ElemwiseOptimization;
 use burn_fusion::stream::{Context, OrderedExecution};
 use burn_ir::{TensorIr, TensorStatus};
 
@@ -69,6 +70,7 @@ pub(super) struct Produced<R: CubeRuntime> {
 /// ops instead (nothing fused was kept) and the reason says why.
 pub(super) fn run_fused<R: CubeRuntime, F: CubeStream<R>>(
     step: &FusedLinear,
+    recompute: Option<&ElemwiseOptimization<R>>,
     context: &mut Context<CubeFusionHandle<R>>,
     execution: &OrderedExecution<F>,
     checks: Checks<'_>,
@@ -121,6 +123,8 @@ pub(super) fn run_fused<R: CubeRuntime, F: CubeStream<R>>(
         let pre = real_tensor(context, &pre);
         context.handles.register_handle(pre.id, handle);
     }
+    // The values kept from the pre-activation alone, by Burn's ops (decision record 0023).
+    run_recomputed(recompute, &step.recomputed, context, execution);
     let summed = match (&step.bias_grad, outputs.bias_grad) {
         (Some(grad), Some(handle)) => {
             let grad = real_tensor(context, &grad.out);

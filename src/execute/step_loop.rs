@@ -16,6 +16,7 @@ use crate::rewrite::Profile;
 use crate::stats;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
+use burn_cubecl_fusion::optim::elemwise::{ElemwiseOptimization, ElemwiseOptimizationState};
 use burn_fusion::stream::{Context, OrderedExecution};
 use cubecl::Runtime;
 use cubecl::device::{Device, DeviceService};
@@ -34,6 +35,9 @@ pub struct LinearOptimization<R: CubeRuntime> {
     pub(super) chains: Vec<ChainCheck>,
     /// Per step of the plan: Burn's own way of running its ops, raced against it.
     pub(super) alternatives: Vec<Option<Alternative<R>>>,
+    /// Per step of the plan: Burn's elementwise fusion of its recomputed ops, if it has any
+    /// (see [`recompute_fused`](super::recompute_fused)).
+    pub(super) recomputes: Vec<Option<ElemwiseOptimization<R>>>,
     /// This execution's `sum_dim` ops whose bias gradient a fused kernel already produced,
     /// each with its input (what skipping it releases).
     pub(super) summed: Vec<(usize, TensorRef)>,
@@ -71,20 +75,24 @@ pub(super) struct StepCheck {
 impl<R: CubeRuntime> LinearOptimization<R> {
     /// An optimization running `plan` on `device`.
     pub fn new(plan: impl Into<Arc<Plan>>, device: R::Device) -> Self {
-        Self::with_alternatives(plan, Vec::new(), device)
+        Self::with_burn_parts(plan, Vec::new(), Vec::new(), device)
     }
 
     /// An optimization running `plan` on `device`, racing its steps against Burn's
-    /// `alternatives` (one per step; missing ones are `None`).
-    pub fn with_alternatives(
+    /// `alternatives` and running their recomputed ops through Burn's `recomputes` (each one
+    /// per step; missing ones are `None`).
+    pub fn with_burn_parts(
         plan: impl Into<Arc<Plan>>,
         mut alternatives: Vec<Option<Alternative<R>>>,
+        mut recomputes: Vec<Option<ElemwiseOptimization<R>>>,
         device: R::Device,
     ) -> Self {
         let plan: Arc<Plan> = plan.into();
         alternatives.resize_with(plan.steps.len(), || None);
+        recomputes.resize_with(plan.steps.len(), || None);
         Self {
             alternatives,
+            recomputes,
             checks: vec![StepCheck::default(); plan.steps.len()],
             chains: (plan.chains(MAX_CHAIN_LAYERS).into_iter())
                 .map(|range| ChainCheck {
@@ -112,6 +120,12 @@ impl<R: CubeRuntime> LinearOptimization<R> {
     pub fn alternative_states(&self) -> Vec<Option<AlternativeState>> {
         let state = |a: &Option<Alternative<R>>| a.as_ref().map(Alternative::to_state);
         self.alternatives.iter().map(state).collect()
+    }
+
+    /// Burn's fusions of its steps' recomputed ops, as states.
+    pub fn recompute_states(&self) -> Vec<Option<ElemwiseOptimizationState>> {
+        let state = |r: &Option<ElemwiseOptimization<R>>| r.as_ref().map(|r| r.to_state());
+        self.recomputes.iter().map(state).collect()
     }
 
     /// Runs the plan under `config` (the configuration in force, read once for the whole
@@ -257,7 +271,8 @@ impl<R: CubeRuntime> LinearOptimization<R> {
                     device_key: &self.device_key,
                     config,
                 };
-                run_fused(fused, context, execution, checks)
+                let recompute = self.recomputes[index].as_ref();
+                run_fused(fused, recompute, context, execution, checks)
             }
         };
         match outcome {

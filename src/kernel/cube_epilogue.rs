@@ -76,6 +76,13 @@ pub fn gate_grad(value: f32, gate: f32, saved: f32, #[comptime] kind: Gate) -> f
     out
 }
 
+/// The index in a `[rows, n]` tensor whose rows may be pitched (row stride `stride(0)`) of
+/// the element at contiguous `offset`'s row and column `col`.
+#[cube]
+fn pitched_at<F: Float>(tensor: &Tensor<F>, offset: usize, col: usize) -> usize {
+    offset / tensor.shape(1) * tensor.stride(0) + col
+}
+
 /// The store of every kernel: adds the bias of column `col`, writes the pre-activation when
 /// `write_pre`, applies the activation or the gate's backward (after dropout's, with its
 /// `mask`), writes `out`. `out` and `pre` are contiguous with the output's shape and written
@@ -107,16 +114,15 @@ pub fn store_epilogue<F: Float>(
     value = activate(value, alpha, beta, flags.activation);
     if flags.dropout {
         // Burn's dropout backward: `mul_scalar(grad, 1 / (1 - p))`, then `mul(.., mask)`.
-        let at = offset / mask.shape(1) * mask.stride(0) + col;
         value *= alpha;
-        value *= f32::cast_from(mask[at]);
+        value *= f32::cast_from(mask[pitched_at(mask, offset, col)]);
     }
     if comptime![flags.gate != Gate::None] {
-        let at = offset / gate.shape(1) * gate.stride(0) + col;
         let mut saved = 0.0f32;
         if comptime![flags.gate == Gate::Silu] {
-            saved = f32::cast_from(mask[offset / mask.shape(1) * mask.stride(0) + col]);
+            saved = f32::cast_from(mask[pitched_at(mask, offset, col)]);
         }
+        let at = pitched_at(gate, offset, col);
         value = gate_grad(value, f32::cast_from(gate[at]), saved, flags.gate);
     }
     let stored = F::cast_from(value);

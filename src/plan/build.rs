@@ -388,6 +388,7 @@ fn assemble(
                 matmul_out: a.matmul_out,
                 chained,
                 bias_grad: a.bias_grad.clone().map(Box::new),
+                recomputed: a.recomputed.iter().copied().collect(),
             }));
         }
         if sums.contains(&index) {

@@ -19,6 +19,9 @@ pub(super) struct Covered {
     pub(super) position: usize,
     /// The bias gradient summed from the step's output, if it produces one.
     pub(super) bias_grad: Option<BiasGrad>,
+    /// The covered ops that compute values kept after the block from the pre-activation
+    /// alone (see [`recomputed`]).
+    pub(super) recomputed: BTreeSet<usize>,
 }
 
 impl Covered {
@@ -30,8 +33,9 @@ impl Covered {
         &'a self,
         window: &'a Window,
     ) -> impl Iterator<Item = TensorId> + 'a {
-        self.ops
-            .iter()
+        // What the recomputed ops make is materialised by them, as Burn's ops.
+        (self.ops.iter())
+            .filter(|i| !self.recomputed.contains(i))
             .map(|&i| window.ops()[i].out().id)
             .filter(|t| *t != self.candidate.root && Some(*t) != self.pre)
     }
@@ -174,23 +178,24 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
             (pre, side.ok_or(Reason::NoMatch)?)
         }
     };
+    let is_kept = |value: TensorId| {
+        window
+            .find_readers(value)
+            .any(|reader| !ops.contains(&reader))
+            || window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly)
+    };
+    let pre_kept = pre.filter(|&p| is_kept(p));
+    let mut recomputed = BTreeSet::new();
     for &index in &ops {
         let value = window.ops()[index].out().id;
-        if value == candidate.root {
+        if value == candidate.root || Some(value) == pre || !is_kept(value) {
             continue;
         }
-        let read_outside = window
-            .find_readers(value)
-            .any(|reader| !ops.contains(&reader));
-        let kept = window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly);
-        if (read_outside || kept) && Some(value) != pre {
-            return Err(Reason::KeepsIntermediate);
-        }
+        let ops = pre_kept
+            .and_then(|pre| from_pre(window, value, pre, &ops))
+            .ok_or(Reason::KeepsIntermediate)?;
+        recomputed.extend(ops);
     }
-    let pre_kept = pre.filter(|&p| {
-        window.find_readers(p).any(|reader| !ops.contains(&reader))
-            || window.find_last_status(p, &ops_list) == Some(TensorStatus::ReadOnly)
-    });
     Ok(Covered {
         position: position(window, candidate, &ops),
         candidate: candidate.clone(),
@@ -199,7 +204,45 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
         matmul_out,
         matmul_ops,
         bias_grad: None,
+        recomputed,
     })
+}
+
+/// The covered ops computing `value` from the kept pre-activation `pre` and tensors made
+/// before the window alone, if it is so computed: Burn's autodiff keeps such a value (SiLU's
+/// sigmoid, for `mul`'s backward), and Burn's ops can compute it after the step from the
+/// pre-activation the step writes, exactly as they would have (decision record 0023).
+fn from_pre(
+    window: &Window,
+    value: TensorId,
+    pre: TensorId,
+    covered: &BTreeSet<usize>,
+) -> Option<BTreeSet<usize>> {
+    let mut ops = BTreeSet::new();
+    let mut stack = vec![value];
+    while let Some(tensor) = stack.pop() {
+        let producer = window.find_producer(tensor)?;
+        // Made in the window by an op the step does not cover (so before it), or through the
+        // matmul: not the pre-activation's alone.
+        let op = &window.ops()[producer];
+        if !covered.contains(&producer) || op.kind == OpKind::Matmul {
+            return None;
+        }
+        if !ops.insert(producer) {
+            continue;
+        }
+        for input in &op.inputs {
+            // Run after the step, the op must not free what it reads from outside: the step
+            // released its operands already.
+            match window.find_producer(input.id) {
+                _ if input.id == pre => {}
+                None if input.status == TensorStatus::ReadOnly => {}
+                None => return None,
+                Some(_) => stack.push(input.id),
+            }
+        }
+    }
+    Some(ops)
 }
 
 /// The `sum_dim` ops that sum `root` (a relu-backward step's output) over every dim but the

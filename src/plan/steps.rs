@@ -60,6 +60,11 @@ pub struct FusedLinear {
     /// (Boxed: most steps have none.)
     #[serde(default)]
     pub bias_grad: Option<Box<BiasGrad>>,
+    /// The ops among `ops` that compute, from the written pre-activation alone, values kept
+    /// after the block (SiLU's sigmoid under `Autodiff`): after its kernel the step runs them
+    /// as Burn's ops (decision record 0023). Empty unless `pre` is written.
+    #[serde(default)]
+    pub recomputed: Vec<usize>,
 }
 
 /// A bias gradient produced by a fused step: Burn's `sum_dim` ops over every dim of the step's
@@ -210,6 +215,7 @@ impl Plan {
                             of_rhs: grad.of_rhs,
                         })
                     }),
+                    recomputed: ops(&fused.recomputed),
                 }),
             }))
             .collect();

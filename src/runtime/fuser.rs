@@ -4,9 +4,9 @@ use super::HypatiaOptimization;
 use crate::capture::{Canonical, CapturedOp, OpKind, Window};
 use crate::config::{ExecutionPolicy, HypatiaConfig, Pattern, config};
 use crate::execute::has_matrix_units;
-use crate::execute::{LinearOptimization, race};
+use crate::execute::{LinearOptimization, race, recompute_fused};
 use crate::kernel::Epilogue;
-use crate::plan::{Claim, Plan, PlanOptions, dump, plan_window};
+use crate::plan::{Claim, Plan, PlanOptions, Step, dump, plan_window};
 use crate::stats;
 use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
@@ -366,9 +366,16 @@ impl<R: CubeRuntime> OperationFuser<HypatiaOptimization<R>> for HypatiaFuser<R> 
             .as_ref()
             .expect("finish is only called on a ready fuser");
         let alternatives = race::alternatives::<R>(plan, &self.ops, &self.device);
-        HypatiaOptimization::Linear(LinearOptimization::with_alternatives(
+        let recomputes = (plan.steps.iter())
+            .map(|step| match step {
+                Step::Fused(fused) => recompute_fused(&self.ops, &fused.recomputed, &self.device),
+                Step::Run(_) | Step::BiasGrad(_) => None,
+            })
+            .collect();
+        HypatiaOptimization::Linear(LinearOptimization::with_burn_parts(
             plan.clone(),
             alternatives,
+            recomputes,
             self.device.clone(),
         ))
     }

@@ -10,7 +10,7 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_cubecl_fusion::optim::{
     CubeOptimization, CubeOptimizationState,
-    elemwise::{ElementWiseFuser, ElemwiseOptimization},
+    elemwise::{ElementWiseFuser, ElemwiseOptimization, ElemwiseOptimizationState},
     matmul::{MatmulFuser, MatmulOptimization},
     reduce::{ReduceFuser, ReduceOptimization, ReduceSettings},
     reduce_broadcasted::{ReduceBroadcastedFuser, ReduceBroadcastedOptimization},
@@ -46,8 +46,13 @@ pub enum HypatiaOptimization<R: CubeRuntime> {
 pub enum HypatiaOptimizationState {
     /// Burn's state.
     Burn(CubeOptimizationState),
-    /// Hypatia's plan, and Burn's alternatives of its steps (see [`crate::execute::race`]).
-    Linear(Plan, Vec<Option<AlternativeState>>),
+    /// Hypatia's plan, Burn's alternatives of its steps (see [`crate::execute::race`]) and
+    /// Burn's fusions of their recomputed ops (see [`crate::execute::recompute_fused`]).
+    Linear(
+        Plan,
+        Vec<Option<AlternativeState>>,
+        Vec<Option<ElemwiseOptimizationState>>,
+    ),
 }
 
 impl<R: CubeRuntime> core::fmt::Debug for HypatiaOptimization<R> {
@@ -92,22 +97,29 @@ impl<R: CubeRuntime> Optimization<HypatiaRuntime<R>> for HypatiaOptimization<R> 
     fn to_state(&self) -> HypatiaOptimizationState {
         match self {
             Self::Burn(op) => HypatiaOptimizationState::Burn(op.to_opt_state()),
-            Self::Linear(op) => {
-                HypatiaOptimizationState::Linear(op.plan().clone(), op.alternative_states())
-            }
+            Self::Linear(op) => HypatiaOptimizationState::Linear(
+                op.plan().clone(),
+                op.alternative_states(),
+                op.recompute_states(),
+            ),
         }
     }
 
     fn from_state(device: &R::Device, state: HypatiaOptimizationState) -> Self {
         match state {
-            HypatiaOptimizationState::Linear(plan, alternatives) => {
+            HypatiaOptimizationState::Linear(plan, alternatives, recomputes) => {
                 let alternatives = alternatives
                     .into_iter()
                     .map(|state| state.map(|state| Alternative::from_state(device, state)))
                     .collect();
-                Self::Linear(LinearOptimization::with_alternatives(
+                let recomputes = recomputes
+                    .into_iter()
+                    .map(|state| state.map(|state| ElemwiseOptimization::from_state(device, state)))
+                    .collect();
+                Self::Linear(LinearOptimization::with_burn_parts(
                     plan,
                     alternatives,
+                    recomputes,
                     device.clone(),
                 ))
             }

@@ -190,3 +190,75 @@ fn declines_activation_near_misses() {
     let claim = plan_window(&ir.window(&[y]), &Limits::default(), off).claim;
     assert_eq!(claim, Claim::Declined(Reason::NoMatch));
 }
+
+/// `Autodiff`'s SiLU keeps its pre-activation (sigmoid's checkpoint, `mul`'s left operand) and
+/// its sigmoid (`mul`'s right): the step writes the pre-activation, and the sigmoid's ops run
+/// after its kernel as Burn's, from it (decision record 0023). With and without bias, rank 2
+/// and 3.
+#[test]
+fn claims_silu_whose_sigmoid_is_kept() {
+    for (bias, x_shape) in [
+        (true, &[17, 33][..]),
+        (false, &[17, 33]),
+        (true, &[2, 5, 33]),
+    ] {
+        let mut ir = IrBuilder::new();
+        let (x, w, b) = operands(&mut ir, x_shape);
+        let pre = ir.linear(x, w, bias.then_some(b));
+        let sigmoid = ir.sigmoid(pre);
+        let y = ir.mul(pre, sigmoid);
+        ir.keep(pre);
+        ir.keep(sigmoid);
+        let case = format!("bias {bias}, x {x_shape:?}");
+        let window = ir.window(&[y]);
+        let (plan, step) = single_step(plan(&ir, &[y]));
+        assert_eq!(step.epilogue, Epilogue::Silu, "{case}");
+        assert_eq!(step.pre, Some(id(pre)), "{case}");
+        assert_eq!(
+            step.ops.len(),
+            plan.len,
+            "{case}: the step covers the window"
+        );
+        // The sigmoid's eight ops (two casts, three scalar ops, two exps, a log), in order,
+        // the last making the kept sigmoid.
+        assert_eq!(step.recomputed.len(), 8, "{case}: {step:?}");
+        assert!(
+            step.recomputed.iter().all(|i| step.ops.contains(i)),
+            "{case}"
+        );
+        assert!(step.recomputed.is_sorted(), "{case}");
+        let last = *step.recomputed.last().unwrap();
+        assert_eq!(window.ops()[last].out().id, id(sigmoid), "{case}");
+        let first = &window.ops()[step.recomputed[0]];
+        assert_eq!(
+            first.inputs[0].id,
+            id(pre),
+            "{case}: read from the pre-activation"
+        );
+    }
+}
+
+/// A kept value the pre-activation alone does not make stays a reason to decline: the sigmoid
+/// of a pre-activation nothing keeps (the step would not write it), and one of the matmul's
+/// output before the bias.
+#[test]
+fn declines_kept_values_not_made_from_a_kept_pre_activation() {
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = operands(&mut ir, &[17, 33]);
+    let pre = ir.linear(x, w, Some(b));
+    let sigmoid = ir.sigmoid(pre);
+    let y = ir.mul(pre, sigmoid);
+    ir.keep(sigmoid);
+    assert_eq!(plan(&ir, &[y]), Claim::Declined(Reason::KeepsIntermediate));
+
+    let mut ir = IrBuilder::new();
+    let (x, w, b) = operands(&mut ir, &[17, 33]);
+    let out = ir.matmul(x, w);
+    let kept = ir.sigmoid(out);
+    ir.keep(kept);
+    let b2 = ir.reshape(b, &[1, 65]);
+    let pre = ir.add(out, b2);
+    ir.keep(pre);
+    let y = ir.silu(pre);
+    assert_eq!(plan(&ir, &[y]), Claim::Declined(Reason::KeepsIntermediate));
+}
