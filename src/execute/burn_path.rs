@@ -87,17 +87,23 @@ pub fn recompute_fused<R: CubeRuntime>(
     if recomputed.is_empty() {
         return None;
     }
-    let mut fuser = ElementWiseFuser::<R>::new(device.clone());
-    for &op in recomputed {
-        fuser.fuse(ops.get(op)?);
-    }
-    if fuser.len() != recomputed.len() {
-        return None;
-    }
-    match fuser.finish() {
+    match fuse_all(ElementWiseFuser::<R>::new(device.clone()), ops, recomputed)? {
         CubeOptimization::ElementWise(optimization) => Some(optimization),
         _ => None,
     }
+}
+
+/// `fuser`'s optimization of the block ops `indices` (`ops` are the block's relative ops), if
+/// it takes them all.
+pub(crate) fn fuse_all<R: CubeRuntime>(
+    mut fuser: impl OperationFuser<CubeOptimization<R>>,
+    ops: &[OperationIr],
+    indices: &[usize],
+) -> Option<CubeOptimization<R>> {
+    for &op in indices {
+        fuser.fuse(ops.get(op)?);
+    }
+    (fuser.len() == indices.len()).then(|| fuser.finish())
 }
 
 /// Runs a step's recomputed ops after its kernel: through Burn's elementwise fusion of them

@@ -30,7 +30,7 @@
 //! a launch instead of 0.39).
 
 use super::LinearOptimization;
-use super::burn_path::{CubeStream, execute_burn_at};
+use super::burn_path::{CubeStream, execute_burn_at, fuse_all};
 use super::run_unfused;
 use crate::config::{ExecutionPolicy, F32Precision, FusedPattern, HypatiaConfig, RacePolicy};
 use crate::kernel::Epilogue;
@@ -41,7 +41,6 @@ use burn_cubecl::CubeRuntime;
 use burn_cubecl_fusion::CubeFusionHandle;
 use burn_cubecl_fusion::optim::CubeOptimization;
 use burn_cubecl_fusion::optim::matmul::{MatmulFuser, MatmulOptimization, MatmulOptimizationState};
-use burn_fusion::OperationFuser;
 use burn_fusion::stream::{Context, OrderedExecution};
 use burn_ir::{FloatOperationIr, OperationIr};
 use cubecl::prelude::*;
@@ -278,19 +277,10 @@ impl<R: CubeRuntime> Alternative<R> {
         let (prefix, fused) = step_ops.split_at(at);
         let optimization = match fused {
             [_matmul] => None,
-            _ => {
-                let mut fuser = MatmulFuser::<R>::new(device.clone());
-                for &op in fused {
-                    fuser.fuse(ops.get(op)?);
-                }
-                if fuser.len() != fused.len() {
-                    return None;
-                }
-                match fuser.finish() {
-                    CubeOptimization::Matmul(optimization) => Some(optimization),
-                    _ => return None,
-                }
-            }
+            _ => match fuse_all(MatmulFuser::<R>::new(device.clone()), ops, fused)? {
+                CubeOptimization::Matmul(optimization) => Some(optimization),
+                _ => return None,
+            },
         };
         Some(Self {
             optimization,

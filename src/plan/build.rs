@@ -299,7 +299,10 @@ fn check_interleaved(
                 .inputs
                 .iter()
                 .any(|t| t.status == TensorStatus::ReadWrite && a.operands().any(|o| o == t.id));
-            if consumes {
+            // Nor may it read what the step's recomputed ops make after its kernel.
+            let recomputed =
+                |t: TensorId| (a.recomputed.iter()).any(|&i| window.ops()[i].out().id == t);
+            if consumes || reads.iter().any(|&t| recomputed(t)) {
                 return Err(Reason::InterleavedRead);
             }
         }

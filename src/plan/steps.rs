@@ -90,6 +90,9 @@ pub struct BiasGrad {
 }
 
 /// One step of a plan.
+// Plans are made once a window and their steps read in place at each execution: a fused
+// step inline saves a pointer chase per step where `Run`'s unused bytes cost nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Step {
     /// Run block op `index` as Burn would (a view or an op between fused steps).
