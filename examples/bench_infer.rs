@@ -2,7 +2,9 @@
 //! Linear-ReLU-Linear-ReLU-Linear and a `sync`, on `Hypatia<B>`, Burn's `B` (its fusion on) and
 //! `CubeBackend` (no fusion), side by side in one process per dtype. Each forward is timed
 //! alone, from the first op to the end of the `sync` (what a caller waiting for one prediction
-//! sees); the three backends take turns, so drift in the machine's state hits all alike.
+//! sees), right after an untimed empty `sync` of its own backend (`--idle-us` times it after
+//! other work instead: decision record 0024); the three backends take turns, so drift in the
+//! machine's state hits all alike.
 //! Medians (and p90) of `--runs` forwards after `--warmup` untimed ones.
 //!
 //! ```text
@@ -44,6 +46,13 @@ struct Args {
     /// Which backends to time, comma separated: hypatia, burn, cube (the others print 0).
     #[arg(long, default_value = "hypatia,burn,cube")]
     backends: String,
+    /// Host time spent elsewhere before each timed forward, µs (spinning). With 0, each timed
+    /// forward follows an untimed empty `sync` of its own backend, so burn-fusion's and
+    /// CubeCL's device threads are awake, as in back-to-back inference; idle longer, CubeCL
+    /// 0.10's device threads go to sleep in 150 µs steps, and the next forward waits for them
+    /// (decision record 0024).
+    #[arg(long, default_value_t = 0)]
+    idle_us: u64,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -146,6 +155,19 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                     times[b].push((0.0, 0.0));
                     syncs[b].push(0.0);
                     continue;
+                }
+                // Each backend from the same state: awake, or idle as long as `idle_us` says
+                // (whatever ran before, another backend's forward included).
+                match args.idle_us {
+                    0 => {
+                        let _ = backends[b](false);
+                    }
+                    idle => {
+                        let until = Instant::now() + std::time::Duration::from_micros(idle);
+                        while Instant::now() < until {
+                            std::hint::spin_loop();
+                        }
+                    }
                 }
                 let executed = (b == 0).then(execute_nanos);
                 times[b].push(backends[b](true));

@@ -210,4 +210,6 @@ mod book {
     struct Decision0022;
     #[doc = include_str!("../docs/decisions/0023-kept-values-recomputed.md")]
     struct Decision0023;
+    #[doc = include_str!("../docs/decisions/0024-small-batch-timed-awake.md")]
+    struct Decision0024;
 }
