@@ -499,33 +499,33 @@ pub fn silu_mlp_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
             bare!(train_silu_mlp, F),
         )
     };
-    match plain_matmuls {
-        false => with_fused(
-            &[FusedPattern::LinearSilu, FusedPattern::MatmulSiluGrad],
-            12,
-            train,
-        ),
-        true => with_fused(&[FusedPattern::LinearSilu], 1, || {
-            with_fused(&[FusedPattern::MatmulSiluGrad], 12, train)
-        }),
-    }
+    let forwards = if plain_matmuls { 1 } else { 12 };
+    with_fused(
+        &[
+            (FusedPattern::LinearSilu, forwards),
+            (FusedPattern::MatmulSiluGrad, 12),
+        ],
+        train,
+    );
 }
 
-/// Runs `train` and asserts that each of `patterns` ran at least `times` on Hypatia's side.
-fn with_fused(patterns: &[FusedPattern], times: u64, train: impl FnOnce()) {
+/// Runs `train` and asserts that each pattern ran at least its number of times on Hypatia's
+/// side; returns what `train` returned.
+fn with_fused<T>(minimums: &[(FusedPattern, u64)], train: impl FnOnce() -> T) -> T {
     let executed = |pattern| hypatia::stats(&device()).executed(pattern);
-    let before: Vec<u64> = patterns.iter().map(|&p| executed(p)).collect();
-    train();
+    let before: Vec<u64> = minimums.iter().map(|&(p, _)| executed(p)).collect();
+    let trained = train();
     let stats = hypatia::stats(&device());
-    let ran: Vec<u64> = (patterns.iter().zip(before))
-        .map(|(&p, before)| executed(p) - before)
+    let ran: Vec<u64> = (minimums.iter().zip(before))
+        .map(|(&(p, _), before)| executed(p) - before)
         .collect();
     assert!(
-        ran.iter().all(|&ran| ran >= times),
-        "{patterns:?} ran {ran:?} times, not {times}: {:?}; declined: {:?}",
+        (ran.iter().zip(minimums)).all(|(&ran, &(_, min))| ran >= min),
+        "ran {ran:?} times, not at least {minimums:?}: {:?}; declined: {:?}",
         stats.patterns,
         stats.declined
     );
+    trained
 }
 
 /// Runs `train` and asserts that the encoder's two feed-forward blocks ran fused on Hypatia's
@@ -533,8 +533,10 @@ fn with_fused(patterns: &[FusedPattern], times: u64, train: impl FnOnce()) {
 /// model has it).
 fn with_gelu_fused(train: impl FnOnce()) {
     with_fused(
-        &[FusedPattern::LinearGelu, FusedPattern::MatmulGeluGrad],
-        2,
+        &[
+            (FusedPattern::LinearGelu, 2),
+            (FusedPattern::MatmulGeluGrad, 2),
+        ],
         train,
     );
 }
@@ -610,20 +612,17 @@ fn train_llama<B: AutodiffBackend>(steps: usize) -> Run {
 pub fn llama_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     const STEPS: usize = 6;
     let before = fused_steps();
-    let silu = || hypatia::stats(&device()).executed(FusedPattern::LinearSilu);
-    let silu_before = silu();
-    let fused = train_llama::<Autodiff<FusedOf<F>>>(STEPS);
-    let claimed = fused_steps() - before;
     // SwiGLU's gate projection and SiLU, whose pre-activation and sigmoid `Autodiff` keeps,
     // fused in each training step's forward (decision record 0023).
-    if !hypatia::config::config().disabled(Pattern::LinearActivations) {
-        let ran = silu() - silu_before;
-        assert!(
-            ran >= STEPS as u64,
-            "linear-silu ran {ran} times in {STEPS} steps; declined: {:?}",
-            hypatia::stats(&device()).declined
-        );
-    }
+    let silu_on = !hypatia::config::config().disabled(Pattern::LinearActivations);
+    let fused = with_fused(
+        &[(
+            FusedPattern::LinearSilu,
+            if silu_on { STEPS as u64 } else { 0 },
+        )],
+        || train_llama::<Autodiff<FusedOf<F>>>(STEPS),
+    );
+    let claimed = fused_steps() - before;
     let plain = train_llama::<Autodiff<PlainOf<F>>>(STEPS);
     assert!(
         plain.losses[STEPS - 1] < plain.losses[0],
