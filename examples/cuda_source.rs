@@ -57,12 +57,14 @@ enum Act {
     ReluGrad,
     /// GELU's backward.
     GeluGrad,
+    /// SiLU's backward (a gate and the saved sigmoid).
+    SiluGrad,
 }
 
 impl Act {
     fn activation(self) -> Activation {
         match self {
-            Act::None | Act::ReluGrad | Act::GeluGrad => Activation::None,
+            Act::None | Act::ReluGrad | Act::GeluGrad | Act::SiluGrad => Activation::None,
             Act::Relu => Activation::Relu,
             Act::Gelu => Activation::Gelu,
             Act::GeluTanh => Activation::GeluTanh,
@@ -76,6 +78,7 @@ impl Act {
         match self {
             Act::ReluGrad => Gate::Relu,
             Act::GeluGrad => Gate::Gelu,
+            Act::SiluGrad => Gate::Silu,
             _ => Gate::None,
         }
     }
@@ -207,6 +210,7 @@ fn main() {
                 b_k_major,
                 activation: act.activation(),
                 gate: act.gate(),
+                dropout: false,
             };
             match &kernel {
                 Some(kernel) => source.source_with(kernel),

@@ -3,7 +3,8 @@
 //!
 //! - The Hopper `wgmma` kernel: every tiling, bf16, f16 and f32 (TF32), odd and tile-sized shapes, k tails
 //!   and pipeline wrap-around, rank-3 input, transposed weight, transposed input (a weight
-//!   gradient `xᵀ·dy`), the relu-backward gate and the plain epilogue, NaN/±Inf, poisoned
+//!   gradient `xᵀ·dy`), the ReLU, GELU and SiLU backward gates (SiLU's saved sigmoid and
+//!   dropout's mask read as a second operand) and the plain epilogue, NaN/±Inf, poisoned
 //!   outputs. On a device without `sm_90` it checks nothing and says so.
 //! - The grid-wide MLP chain (any CUDA device): 1 to 4 layers, 1 to 64 rows, odd widths (one
 //!   element per load), pitched and rank-3 input, with and without bias, NaN/±Inf.
@@ -89,7 +90,24 @@ const fn gelu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
     }
 }
 
-const CASES: [Case; 24] = [
+/// SiLU's backward, laid out as [`relu_grad`], its saved sigmoid read as a second operand.
+const fn silu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
+    Case {
+        epilogue: Epilogue::SiluGrad,
+        ..relu_grad(m, k, n, specials)
+    }
+}
+
+/// `epilogue`'s backward (ReLU's or GELU's) through dropout: the product scaled by the first
+/// parameter and multiplied by a 0/1 mask before the gate.
+const fn dropout_grad(m: usize, k: usize, n: usize, epilogue: Epilogue) -> Case {
+    Case {
+        epilogue,
+        ..relu_grad(m, k, n, true)
+    }
+}
+
+const CASES: [Case; 29] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -156,6 +174,12 @@ const CASES: [Case; 24] = [
     // GELU's backward: the derivative of the gate, times the product.
     gelu_grad(300, 264, 1000, true),
     gelu_grad(2176, 64, 2048, false),
+    // SiLU's backward reads the saved sigmoid beside the gate; dropout's backward its mask.
+    silu_grad(300, 264, 1000, true),
+    silu_grad(2176, 64, 2048, false),
+    dropout_grad(300, 264, 1000, Epilogue::ReluGradDropout),
+    dropout_grad(2176, 64, 2048, Epilogue::ReluGradDropout),
+    dropout_grad(33, 1024, 4096, Epilogue::GeluGradDropout),
     Case {
         specials: true,
         ..case(2176, 64, 2048)
@@ -352,6 +376,8 @@ struct Prepared {
     w: (Vec<u32>, Vec<usize>, Vec<usize>),
     bias: Vec<u32>,
     gate: Vec<u32>,
+    /// The second gate-shaped operand: SiLU's saved sigmoid of the gate, or dropout's mask.
+    mask: Vec<u32>,
     out_shape: Vec<usize>,
     out_ref: Vec<f64>,
     pre_ref: Vec<f64>,
@@ -446,12 +472,29 @@ fn prepare<H: Float>(c: Case) -> Prepared {
             row.iter_mut().zip(&b).for_each(|(r, &bv)| *r += bv);
         }
     }
-    let out_ref: Vec<f64> = pre_ref
-        .iter()
-        .zip(&gate)
-        .map(|(&v, &g)| match c.epilogue {
+    // The gate as stored, and the second operand: SiLU's saved sigmoid of it (rounded as the
+    // forward stores it), else a 0/1 dropout mask.
+    let gate: Vec<f64> = round(&gate).into_iter().map(H::value).collect();
+    let sigmoid = |g: f64| (-(((-g).exp() + 1.0).ln())).exp();
+    let mask: Vec<f64> = match c.epilogue {
+        Epilogue::SiluGrad => round(&gate.iter().map(|&g| sigmoid(g)).collect::<Vec<_>>())
+            .into_iter()
+            .map(H::value)
+            .collect(),
+        _ => values(rows * c.n, 6)
+            .iter()
+            .map(|&v| (v > 0.0) as u8 as f64)
+            .collect(),
+    };
+    let scale = PARAMS[0] as f64;
+    let out_ref: Vec<f64> = (pre_ref.iter().zip(&gate).zip(&mask))
+        .map(|((&v, &g), &s)| match c.epilogue {
             Epilogue::ReluGrad if g <= 0.0 => 0.0,
             Epilogue::GeluGrad => common::gelu_grad_reference(g) * v,
+            Epilogue::ReluGradDropout if g <= 0.0 => 0.0,
+            Epilogue::ReluGradDropout => v * scale * s,
+            Epilogue::GeluGradDropout => common::gelu_grad_reference(g) * (v * scale * s),
+            Epilogue::SiluGrad => v * s + (sigmoid(g) * (-sigmoid(g) + 1.0)) * (v * g),
             epilogue => activation(epilogue, v),
         })
         .collect();
@@ -465,6 +508,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         w: (w_bits, w_shape, lead_strides),
         bias: bb,
         gate: round(&gate),
+        mask: round(&mask),
         out_shape,
         out_ref,
         pre_ref,
@@ -510,7 +554,8 @@ fn run_args<H: Float>(
         pre: c.pre.then(output),
         epilogue: c.epilogue,
         gate: gated.then(|| dev.upload::<H>(&p.gate, p.out_shape.clone(), out_strides.clone())),
-        mask: None,
+        mask: (c.epilogue.masked())
+            .then(|| dev.upload::<H>(&p.mask, p.out_shape.clone(), out_strides.clone())),
         params: PARAMS,
         bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
         // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
@@ -620,9 +665,9 @@ fn wgmma_linear_matches_f64_reference_tf32() {
 }
 
 /// Tiny and odd problems (`m, k, n` from 1 to 65, `k` of 1, 5 and 45): forward with bias,
-/// pre-activation and NaN/±Inf, rank 3, ReLU's and GELU's backward `dy · Wᵀ` gated, and weight
-/// gradients `xᵀ · dy`.
-const TINY: [Case; 10] = [
+/// pre-activation and NaN/±Inf, rank 3, ReLU's, GELU's (through dropout too) and SiLU's backward
+/// `dy · Wᵀ` gated, and weight gradients `xᵀ · dy`.
+const TINY: [Case; 12] = [
     case(1, 1, 1),
     Case {
         lead: 2,
@@ -636,6 +681,8 @@ const TINY: [Case; 10] = [
     relu_grad(33, 5, 65, true),
     relu_grad(64, 64, 64, false),
     gelu_grad(17, 45, 33, true),
+    silu_grad(17, 45, 33, true),
+    dropout_grad(33, 5, 64, Epilogue::GeluGradDropout),
     Case {
         lead: 3,
         bias: false,
@@ -821,15 +868,21 @@ fn wgmma_declines_what_it_cannot_run() {
     };
     let err = launch(WGMMA_TILINGS[0], &gateless).unwrap_err();
     assert!(err.contains("gate"), "{err}");
-    // Dropout's mask is read by CubeCL's kernels only.
-    let dropout = LinearArgs {
+    // A mask goes with dropout's and SiLU's backward, and with nothing else.
+    let maskless = LinearArgs {
         epilogue: Epilogue::ReluGradDropout,
         gate: Some(gateless.out.clone()),
-        mask: Some(gateless.out.clone()),
         ..gateless.clone()
     };
-    let err = launch(WGMMA_TILINGS[0], &dropout).unwrap_err();
-    assert!(err.contains("dropout"), "{err}");
+    let err = launch(WGMMA_TILINGS[0], &maskless).unwrap_err();
+    assert!(err.contains("mask"), "{err}");
+    let stray = LinearArgs {
+        epilogue: Epilogue::ReluGrad,
+        mask: Some(gateless.out.clone()),
+        ..maskless.clone()
+    };
+    let err = launch(WGMMA_TILINGS[0], &stray).unwrap_err();
+    assert!(err.contains("mask"), "{err}");
     // A TMA-store tiling stages pre and the gate in one buffer: never both.
     let both = LinearArgs {
         gate: Some(gateless.out.clone()),

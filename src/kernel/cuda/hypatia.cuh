@@ -44,11 +44,11 @@ __device__ __forceinline__ float activate(float v, u32 act, float alpha, float b
 #define GATE_NONE 0u
 #define GATE_RELU 1u
 #define GATE_GELU 2u
-// SiLU's backward also reads the forward's saved sigmoid, a second operand the Hopper kernel
-// does not read: it declines GATE_SILU, and gate_grad has no case for it.
+// SiLU's backward also reads the forward's saved sigmoid s, a second gate-shaped operand (the
+// kernel's `mask`, MASKED).
 #define GATE_SILU 3u
 
-__device__ __forceinline__ float gate_grad(float v, float g, u32 gate) {
+__device__ __forceinline__ float gate_grad(float v, float g, float s, u32 gate) {
     switch (gate) {
     case GATE_RELU:
         return g <= 0.0f ? 0.0f : v; // a NaN gate keeps the value, like Burn's mask_fill
@@ -59,6 +59,13 @@ __device__ __forceinline__ float gate_grad(float v, float g, u32 gate) {
         const float t = tanhf(g3 * 0.0356774f + g * 0.797885f);
         const float sech = -(t * t) + 1.0f;
         return (t * 0.5f + ((g3 * 0.0535161f + g * 0.398942f) * sech + 0.5f)) * v;
+    }
+    case GATE_SILU: {
+        // Burn's `Autodiff` of `x · sigmoid(x)`, as the CubeCL kernels' gate_grad: v · s plus
+        // v · g through `sigmoid_backward` of a sigmoid recomputed from g.
+        const float sigmoid = expf(-logf(expf(-g) + 1.0f));
+        const float derivative = sigmoid * (-sigmoid + 1.0f);
+        return v * s + derivative * (v * g);
     }
     default:
         return v;

@@ -175,8 +175,7 @@ pub enum Gate {
     /// SiLU's backward as Burn 0.21's `Autodiff` computes it for `x · sigmoid(x)`, with `s`
     /// the forward's saved sigmoid (the epilogue's `mask` operand) and
     /// `σ = exp(-ln(exp(-g) + 1))` recomputed (as `sigmoid`'s backward does):
-    /// `x·s + (σ · (-σ + 1)) · (x·g)`. The kernels read `s` where dropout reads its mask, so
-    /// the Hopper kernel, which reads no mask, declines it.
+    /// `x·s + (σ · (-σ + 1)) · (x·g)`. The kernels read `s` where dropout reads its mask.
     Silu = 3,
 }
 

@@ -29,7 +29,7 @@ pub struct LinearArgs<R: CubeRuntime> {
     /// contiguous or pitched (the Hopper kernel takes only contiguous ones).
     pub gate: Option<CubeTensor<R>>,
     /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid, laid out as the gate
-    /// (the Hopper kernel reads none).
+    /// (the Hopper kernel takes only contiguous ones).
     pub mask: Option<CubeTensor<R>>,
     /// The activation's run-time parameters (see
     /// [`EpilogueInputs::params`](crate::kernel::EpilogueInputs::params)).

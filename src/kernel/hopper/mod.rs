@@ -152,13 +152,17 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if args.epilogue.gated() != args.gate.is_some() {
         return Err("a gate goes with a backward epilogue".into());
     }
-    if args.epilogue.masked() || args.mask.is_some() {
-        return Err("a second gate operand (dropout's mask, SiLU's saved sigmoid) is not read by the Hopper kernel".into());
+    if args.epilogue.masked() != args.mask.is_some() {
+        return Err("a mask goes with dropout's or SiLU's backward".into());
     }
-    if let Some(gate) = &args.gate
-        && !is_contiguous(gate.meta.shape(), gate.meta.strides())
+    if let Some((what, _)) = [("gate", &args.gate), ("mask", &args.mask)]
+        .into_iter()
+        .find(|(_, t)| {
+            t.as_ref()
+                .is_some_and(|t| !is_contiguous(t.meta.shape(), t.meta.strides()))
+        })
     {
-        return Err("gate is strided".into());
+        return Err(format!("{what} is strided"));
     }
     if tiling.tma_store {
         if args.pre.is_some() && args.gate.is_some() {
@@ -216,6 +220,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         b_k_major,
         activation: args.epilogue.activation(),
         gate: args.epilogue.gate(),
+        dropout: args.epilogue.dropout(),
     };
     let bn = tiling.bn as usize;
     // Elements per 128-byte row: a stage's depth along k, a staged output box's width.
@@ -263,6 +268,10 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
             .as_ref()
             .map_or(out.clone(), |g| g.handle.clone())
             .binding(),
+        args.mask
+            .as_ref()
+            .map_or(out.clone(), |m| m.handle.clone())
+            .binding(),
         partials
             .as_ref()
             .map_or(out, |p| p.handle.clone())
@@ -303,6 +312,7 @@ mod tests {
             b_k_major,
             activation,
             gate: crate::kernel::Gate::None,
+            dropout: false,
         }
     }
 

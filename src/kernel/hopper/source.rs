@@ -61,6 +61,9 @@ pub struct WgmmaSource {
     pub activation: Activation,
     /// What the epilogue does with a gate (an activation's backward), compiled in likewise.
     pub gate: Gate,
+    /// Whether the gradient first passes back through dropout (scaled, times its mask), as
+    /// [`Epilogue::dropout`](crate::kernel::Epilogue::dropout).
+    pub dropout: bool,
 }
 
 impl WgmmaSource {
@@ -118,6 +121,7 @@ impl WgmmaSource {
             .define("SUB", tiling.store_cols)
             .define("ACT", format_args!("{}u", self.activation.code()))
             .define("GATE", format_args!("{}u", self.gate.code()))
+            .define("DROPOUT", self.dropout as u32)
             .code(&wgmma_step(tiling.bn, ptx, self.a_m_major, !self.b_k_major))
             .code(PTX_HELPERS)
             .finish(kernel)

@@ -88,12 +88,18 @@ struct Params {
     u32 k;
     u32 flags; // bit 0: bias, bit 1: write pre, bit 3: gate (an activation's backward, GATE), bit 4: row sums;
                // ACT is compiled in
-    float alpha; // run-time parameters: LeakyReLU's slope, clamp's min
+    float alpha; // run-time parameters: LeakyReLU's slope, clamp's min, dropout's scale
     float beta;  // clamp's max
 };
 
 // The activation `ACT` (one of hypatia.cuh's ACT_* codes) is compiled in (`WgmmaSource`), so
 // `activate`'s switch folds away.
+
+// A backward epilogue's second gate-shaped operand `mask`, read from global memory where the
+// thread stores (contiguous, as the gate): dropout's mask (DROPOUT: the value is scaled by
+// alpha and multiplied by it before the gate, as Burn's dropout backward does) or SiLU's saved
+// sigmoid (GATE_SILU: gate_grad's `s`).
+#define MASKED (DROPOUT || GATE == GATE_SILU)
 
 // Makes a consumer's staged 64 × SUB tile (at `c_tile`) visible to the TMA unit, then one
 // thread stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA)
@@ -176,7 +182,8 @@ __device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* 
 template <bool GATED, bool SUM_ROWS>
 __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* bias_s, u32 m0,
                                          u32 n0, u32 warp, u32 lane, ELEM* out, ELEM* pre,
-                                         const ELEM* __restrict__ gate, float* row_sums,
+                                         const ELEM* __restrict__ gate,
+                                         const ELEM* __restrict__ mask, float* row_sums,
                                          const Params& p, bool write_pre, u32 c_tile, u32 sub) {
     const u32 row_local0 = warp * 16 + lane / 4;
     const u32 row0 = m0 + row_local0;
@@ -187,7 +194,25 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
 #pragma unroll
     for (int j0 = sub * (SUB / 8); j0 < (sub + 1) * (SUB / 8); j0 += BATCH) {
         float g[BATCH][4];
+        float mk[BATCH][4];
         float sums[BATCH][2];
+#if MASKED
+#pragma unroll
+        for (int jj = 0; jj < BATCH; ++jj) {
+            const u32 col = n0 + (j0 + jj) * 8 + (lane % 4) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32 row = row0 + h * 8;
+                const unsigned long long idx =
+                    row < p.m && col < p.n ? (unsigned long long)row * p.n + col : 0;
+                mk[jj][h * 2] = TO_F32(mask[idx]);
+                mk[jj][h * 2 + 1] = TO_F32(mask[idx + 1]);
+            }
+        }
+#else
+        (void)mk;
+        (void)mask;
+#endif
         if (GATED && !TMA_STORE) {
 #pragma unroll
             for (int jj = 0; jj < BATCH; ++jj) {
@@ -235,10 +260,18 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
 #endif
                 v0 = activate(v0, ACT, p.alpha, p.beta);
                 v1 = activate(v1, ACT, p.alpha, p.beta);
+#if DROPOUT
+                // Burn's dropout backward: `mul_scalar(grad, 1 / (1 - p))`, then `mul(.., mask)`.
+                v0 = v0 * p.alpha * mk[jj][h * 2];
+                v1 = v1 * p.alpha * mk[jj][h * 2 + 1];
+#endif
                 if (GATED) {
-                    // An activation's backward at the forward's pre-activation (`GATE`).
-                    v0 = gate_grad(v0, g[jj][h * 2], GATE);
-                    v1 = gate_grad(v1, g[jj][h * 2 + 1], GATE);
+                    // An activation's backward at the forward's pre-activation (`GATE`), SiLU's
+                    // with its saved sigmoid.
+                    const float s0 = GATE == GATE_SILU ? mk[jj][h * 2] : 0.0f;
+                    const float s1 = GATE == GATE_SILU ? mk[jj][h * 2 + 1] : 0.0f;
+                    v0 = gate_grad(v0, g[jj][h * 2], s0, GATE);
+                    v1 = gate_grad(v1, g[jj][h * 2 + 1], s1, GATE);
                 }
                 ELEM2 packed = PACK2(v0, v1);
                 if (SUM_ROWS && inside) {
@@ -304,6 +337,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     const ELEM* __restrict__ bias,
     ELEM* pre,
     const ELEM* __restrict__ gate,
+    const ELEM* __restrict__ mask, // out when the epilogue reads none (MASKED)
     float* row_sums,
     const __grid_constant__ Params p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -545,16 +579,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #endif
                 if (gated && sum_rows) {
                     epilogue<true, true>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                         row_sums, p, write_pre, c_tile, sub);
+                                         mask, row_sums, p, write_pre, c_tile, sub);
                 } else if (gated) {
                     epilogue<true, false>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                          row_sums, p, write_pre, c_tile, sub);
+                                          mask, row_sums, p, write_pre, c_tile, sub);
                 } else if (sum_rows) {
                     epilogue<false, true>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                          row_sums, p, write_pre, c_tile, sub);
+                                          mask, row_sums, p, write_pre, c_tile, sub);
                 } else {
                     epilogue<false, false>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                           row_sums, p, write_pre, c_tile, sub);
+                                           mask, row_sums, p, write_pre, c_tile, sub);
                 }
 #if TMA_STORE
                 // One thread stores the staged sub-tile and moves on without waiting.

@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
 #if TMA_STORE
                                                       pre, gate,
 #endif
-                                                      bias, pre, gate, partials, p);
+                                                      bias, pre, gate, gate, partials, p);
     };
 
     // cuBLASLt: column-major out^T [n, m] = op(w)^T [n, k] · op(x)^T [k, m], bias per row of
