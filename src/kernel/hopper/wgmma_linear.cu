@@ -164,6 +164,27 @@ __device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* 
     }
 }
 
+// Loads, for BATCH column groups from j0, the four values of a contiguous [m, n] operand at the
+// positions this thread stores (rows 16w + l/4 (+8), columns 8j + 2(l%4) (+1)), as f32; lanes
+// outside the output read element 0, whose values are not stored.
+template <int BATCH>
+__device__ __forceinline__ void load_where_stored(const ELEM* __restrict__ src,
+                                                  float (&dst)[BATCH][4], u32 row0, u32 n0,
+                                                  int j0, u32 lane, const Params& p) {
+#pragma unroll
+    for (int jj = 0; jj < BATCH; ++jj) {
+        const u32 col = n0 + (j0 + jj) * 8 + (lane % 4) * 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 row = row0 + h * 8;
+            const unsigned long long idx =
+                row < p.m && col < p.n ? (unsigned long long)row * p.n + col : 0;
+            dst[jj][h * 2] = TO_F32(src[idx]);
+            dst[jj][h * 2 + 1] = TO_F32(src[idx + 1]);
+        }
+    }
+}
+
 // The epilogue of sub-tile `sub` (columns sub·SUB..) of one consumer's 64 × BN tile (rows from
 // m0), from its accumulators: thread (warp w, lane l) holds rows 16w + l/4 (+8) and, per 8
 // columns j, columns 8j + 2(l%4) (+1).
@@ -196,37 +217,11 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
         float g[BATCH][4];
         float mk[BATCH][4];
         float sums[BATCH][2];
-#if MASKED
-#pragma unroll
-        for (int jj = 0; jj < BATCH; ++jj) {
-            const u32 col = n0 + (j0 + jj) * 8 + (lane % 4) * 2;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const u32 row = row0 + h * 8;
-                const unsigned long long idx =
-                    row < p.m && col < p.n ? (unsigned long long)row * p.n + col : 0;
-                mk[jj][h * 2] = TO_F32(mask[idx]);
-                mk[jj][h * 2 + 1] = TO_F32(mask[idx + 1]);
-            }
+        if (MASKED) {
+            load_where_stored(mask, mk, row0, n0, j0, lane, p);
         }
-#else
-        (void)mk;
-        (void)mask;
-#endif
         if (GATED && !TMA_STORE) {
-#pragma unroll
-            for (int jj = 0; jj < BATCH; ++jj) {
-                const u32 col = n0 + (j0 + jj) * 8 + (lane % 4) * 2;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const u32 row = row0 + h * 8;
-                    // Lanes outside the output read element 0; their values are not stored.
-                    const unsigned long long idx =
-                        row < p.m && col < p.n ? (unsigned long long)row * p.n + col : 0;
-                    g[jj][h * 2] = TO_F32(gate[idx]);
-                    g[jj][h * 2 + 1] = TO_F32(gate[idx + 1]);
-                }
-            }
+            load_where_stored(gate, g, row0, n0, j0, lane, p);
         }
 #pragma unroll
         for (int jj = 0; jj < BATCH; ++jj) {
