@@ -24,6 +24,28 @@ fn single_step(claim: Claim) -> (Plan, crate::plan::FusedLinear) {
     (plan, steps[0].clone())
 }
 
+/// The Linears the activation tests build (bias or not, x's shape): with and without bias,
+/// rank 2 and 3.
+const LINEARS: [(bool, &[usize]); 3] = [(true, &[17, 33]), (false, &[17, 33]), (true, &[2, 5, 33])];
+
+/// `linear(x, w, b)` on fresh [`operands`] of `x_shape`, with their bias where `bias`: the
+/// bias operand and the pre-activation.
+fn linear_of(ir: &mut IrBuilder, x_shape: &[usize], bias: bool) -> (T, T) {
+    let (x, w, b) = operands(ir, x_shape);
+    (b, ir.linear(x, w, bias.then_some(b)))
+}
+
+/// The one fused step of `activation(linear(x, w, b))` (x `[17, 33]`), built on `ir` (its
+/// dtype).
+fn activation_step(
+    mut ir: IrBuilder,
+    activation: fn(&mut IrBuilder, T) -> T,
+) -> (Plan, crate::plan::FusedLinear) {
+    let (_, pre) = linear_of(&mut ir, &[17, 33], true);
+    let y = activation(&mut ir, pre);
+    single_step(plan(&ir, &[y]))
+}
+
 /// Each activation Burn emits, on a Linear with and without bias, at rank 2 and 3: one step
 /// with the activation's epilogue covering every op, its constants guarded in order and its
 /// run-time parameters handed to the kernel.
@@ -38,14 +60,9 @@ fn claims_every_activation_with_and_without_bias() {
         (Epilogue::Clamp, IrBuilder::clamp, 1),
     ];
     for (epilogue, activation, activation_ops) in activations {
-        for (bias, x_shape) in [
-            (true, &[17, 33][..]),
-            (false, &[17, 33]),
-            (true, &[2, 5, 33]),
-        ] {
+        for (bias, x_shape) in LINEARS {
             let mut ir = IrBuilder::new();
-            let (x, w, b) = operands(&mut ir, x_shape);
-            let pre = ir.linear(x, w, bias.then_some(b));
+            let (b, pre) = linear_of(&mut ir, x_shape, bias);
             let y = activation(&mut ir, pre);
             let linear_ops = ir.window(&[y]).len() - activation_ops;
             let case = format!("{epilogue:?}, bias {bias}, x {x_shape:?}");
@@ -78,11 +95,7 @@ fn claims_every_activation_with_and_without_bias() {
 /// The scalars map to their roles: GELU's `√2`, `1`, `2` are the div, add and div scalars.
 #[test]
 fn gelu_guards_name_its_scalars() {
-    let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.gelu(pre);
-    let (plan, _) = single_step(plan(&ir, &[y]));
+    let (plan, _) = activation_step(IrBuilder::new(), IrBuilder::gelu);
     let guards: Vec<(u64, f64)> = plan.guards.iter().map(|g| (g.id, g.value)).collect();
     assert_eq!(
         guards,
@@ -94,11 +107,7 @@ fn gelu_guards_name_its_scalars() {
 /// LeakyReLU's slope is a parameter read at run time, its threshold a guard.
 #[test]
 fn leaky_relu_slope_is_a_parameter() {
-    let mut ir = IrBuilder::new();
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.leaky_relu(pre);
-    let (plan, step) = single_step(plan(&ir, &[y]));
+    let (plan, step) = activation_step(IrBuilder::new(), IrBuilder::leaky_relu);
     assert_eq!(plan.guards.len(), 1);
     assert_eq!((plan.guards[0].id, plan.guards[0].value), (0, 0.0));
     assert_eq!(step.params, [1]);
@@ -110,8 +119,7 @@ fn activations_write_a_kept_pre_activation() {
     for activation in [IrBuilder::gelu, IrBuilder::silu, IrBuilder::clamp] {
         for bias in [true, false] {
             let mut ir = IrBuilder::new();
-            let (x, w, b) = operands(&mut ir, &[17, 33]);
-            let pre = ir.linear(x, w, bias.then_some(b));
+            let (_, pre) = linear_of(&mut ir, &[17, 33], bias);
             ir.keep(pre);
             let y = activation(&mut ir, pre);
             let (_, step) = single_step(plan(&ir, &[y]));
@@ -123,11 +131,8 @@ fn activations_write_a_kept_pre_activation() {
 /// SiLU on bf16 casts to f32 and back around the sigmoid; it still fuses.
 #[test]
 fn claims_silu_in_bf16() {
-    let mut ir = IrBuilder::new().with_dtype(burn_backend::DType::BF16);
-    let (x, w, b) = operands(&mut ir, &[17, 33]);
-    let pre = ir.linear(x, w, Some(b));
-    let y = ir.silu(pre);
-    let (_, step) = single_step(plan(&ir, &[y]));
+    let ir = IrBuilder::new().with_dtype(burn_backend::DType::BF16);
+    let (_, step) = activation_step(ir, IrBuilder::silu);
     assert_eq!(step.epilogue, Epilogue::Silu);
 }
 
@@ -197,14 +202,9 @@ fn declines_activation_near_misses() {
 /// and 3.
 #[test]
 fn claims_silu_whose_sigmoid_is_kept() {
-    for (bias, x_shape) in [
-        (true, &[17, 33][..]),
-        (false, &[17, 33]),
-        (true, &[2, 5, 33]),
-    ] {
+    for (bias, x_shape) in LINEARS {
         let mut ir = IrBuilder::new();
-        let (x, w, b) = operands(&mut ir, x_shape);
-        let pre = ir.linear(x, w, bias.then_some(b));
+        let (_, pre) = linear_of(&mut ir, x_shape, bias);
         let sigmoid = ir.sigmoid(pre);
         let y = ir.mul(pre, sigmoid);
         ir.keep(pre);
