@@ -475,12 +475,16 @@ fn prepare<H: Float>(c: Case) -> Prepared {
     // The gate as stored, and the second operand: SiLU's saved sigmoid of it (rounded as the
     // forward stores it), else a 0/1 dropout mask.
     let gate: Vec<f64> = round(&gate).into_iter().map(H::value).collect();
-    let sigmoid = |g: f64| (-(((-g).exp() + 1.0).ln())).exp();
     let mask: Vec<f64> = match c.epilogue {
-        Epilogue::SiluGrad => round(&gate.iter().map(|&g| sigmoid(g)).collect::<Vec<_>>())
-            .into_iter()
-            .map(H::value)
-            .collect(),
+        Epilogue::SiluGrad => round(
+            &gate
+                .iter()
+                .map(|&g| common::sigmoid_reference(g))
+                .collect::<Vec<_>>(),
+        )
+        .into_iter()
+        .map(H::value)
+        .collect(),
         _ => values(rows * c.n, 6)
             .iter()
             .map(|&v| (v > 0.0) as u8 as f64)
@@ -494,7 +498,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
             Epilogue::ReluGradDropout if g <= 0.0 => 0.0,
             Epilogue::ReluGradDropout => v * scale * s,
             Epilogue::GeluGradDropout => common::gelu_grad_reference(g) * (v * scale * s),
-            Epilogue::SiluGrad => v * s + (sigmoid(g) * (-sigmoid(g) + 1.0)) * (v * g),
+            Epilogue::SiluGrad => common::silu_grad_with_saved(g, s, v),
             epilogue => activation(epilogue, v),
         })
         .collect();

@@ -60,8 +60,21 @@ pub fn gelu_grad_reference(g: f64) -> f64 {
 /// the fused SiLU backward.
 #[allow(dead_code)] // not every test binary that includes this module checks it
 pub fn silu_grad_reference(x: f64, dh: f64) -> f64 {
-    let sigmoid = (-(((-x).exp() + 1.0).ln())).exp();
-    dh * sigmoid + (sigmoid * (-sigmoid + 1.0)) * (dh * x)
+    silu_grad_with_saved(x, sigmoid_reference(x), dh)
+}
+
+/// [`silu_grad_reference`] with the forward's saved sigmoid `s` given (as a kernel reads it,
+/// rounded to the dtype), σ recomputed from `x`.
+#[allow(dead_code)] // not every test binary that includes this module checks it
+pub fn silu_grad_with_saved(x: f64, s: f64, dh: f64) -> f64 {
+    let sigmoid = sigmoid_reference(x);
+    dh * s + (sigmoid * (-sigmoid + 1.0)) * (dh * x)
+}
+
+/// burn-backend's `sigmoid`, `exp(-ln(exp(-x) + 1))`, in float64.
+#[allow(dead_code)] // not every test binary that includes this module checks it
+pub fn sigmoid_reference(x: f64) -> f64 {
+    (-(((-x).exp() + 1.0).ln())).exp()
 }
 
 /// Deterministic values in [-1, 1) (a 64-bit LCG; no dependency, same on every machine).

@@ -155,14 +155,12 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     if args.epilogue.masked() != args.mask.is_some() {
         return Err("a mask goes with dropout's or SiLU's backward".into());
     }
-    if let Some((what, _)) = [("gate", &args.gate), ("mask", &args.mask)]
-        .into_iter()
-        .find(|(_, t)| {
-            t.as_ref()
-                .is_some_and(|t| !is_contiguous(t.meta.shape(), t.meta.strides()))
-        })
-    {
-        return Err(format!("{what} is strided"));
+    for (what, tensor) in [("gate", &args.gate), ("mask", &args.mask)] {
+        if let Some(t) = tensor
+            && !is_contiguous(t.meta.shape(), t.meta.strides())
+        {
+            return Err(format!("{what} is strided"));
+        }
     }
     if tiling.tma_store {
         if args.pre.is_some() && args.gate.is_some() {
