@@ -46,7 +46,7 @@ fn isolated(name: &str, body: impl FnOnce()) {
 /// One module of tests for the dtype `$dtype`: the seven every half dtype runs, then `$name`s of
 /// its own, each test named and run in a process of its own.
 macro_rules! half_tests {
-    ($dtype:ident $(, $name:ident => $body:expr)* $(,)?) => {
+    ($dtype:ident $(, $(#[$attr:meta])* $name:ident => $body:expr)* $(,)?) => {
         mod $dtype {
             #[allow(unused_imports)]
             use super::*;
@@ -59,12 +59,13 @@ macro_rules! half_tests {
                 gelu_backward_properties_hold => check::check_half_properties::<F>(Properties::GeluBackward),
                 silu_backward_properties_hold => check::check_half_properties::<F>(Properties::SiluBackward),
                 chain_properties_hold => check::check_half_properties::<F>(Properties::Chains),
-                $($name => $body),*
+                $($(#[$attr])* $name => $body),*
             );
         }
     };
-    (@each $($name:ident => $body:expr),* $(,)?) => {
+    (@each $($(#[$attr:meta])* $name:ident => $body:expr),* $(,)?) => {
         $(
+            $(#[$attr])*
             #[test]
             #[ignore = "run by its dtype's `…_in_a_process_of_its_own`, or alone with --include-ignored"]
             fn $name() {
@@ -85,6 +86,9 @@ half_tests!(bf16,
     bert_trains_as_on_burn => models(user_models::bert_trains_as_on_burn::<F>),
     silu_mlp_trains_as_on_burn => models(user_models::silu_mlp_trains_as_on_burn::<F>),
     llama_trains_as_on_burn => models(user_models::llama_trains_as_on_burn::<F>),
+    // 200 steps beside Burn without its fusion, which only CUDA builds have.
+    #[cfg(feature = "cuda")]
+    models_train_200_steps_as_on_burn => models(user_models::trains_200_steps_as_on_burn::<F>),
 );
 
 /// Runs a user model's test where the device has bf16 arithmetic.

@@ -1,5 +1,6 @@
 //! Long runs: 10,000 training steps with device memory and the plan cache flat after warm-up,
-//! and two threads training two models at once, each equal to the same training alone.
+//! two threads training two models at once, each equal to the same training alone, and (CUDA)
+//! the user models trained 200 steps to Burn's final loss and accuracy.
 
 use super::common::*;
 use super::model::Mlp;
@@ -131,4 +132,14 @@ fn two_threads_train_two_models_at_once() {
         }
     }
     assert_ne!(together[0].1[0], together[1].1[0], "two different models");
+}
+
+/// Burn's guide model, the Transformer encoder and the SiLU classifier (`user_models.rs`) train
+/// 200 steps in f32 to Burn's final loss and accuracy, within twice Burn's spread against
+/// Burn without its fusion (a CUDA build's `CubeBackend`).
+#[cfg(feature = "cuda")]
+#[test]
+fn user_models_train_200_steps_as_on_burn() {
+    let _serial = serial();
+    super::user_models::trains_200_steps_as_on_burn::<f32>();
 }

@@ -113,11 +113,15 @@ impl<B: Backend> Encoder<B> {
 }
 
 /// What a run gives to compare: each step's loss, the trained parameters, the trained model's
-/// predictions in evaluation mode (no dropout).
+/// predictions in evaluation mode (no dropout) and its accuracy on data it never trained on;
+/// and the seconds of each step after the first.
 struct Run {
     losses: Vec<f32>,
     params: Vec<TensorData>,
     eval: TensorData,
+    accuracy: f32,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // read by the CUDA-only `long`
+    seconds: Vec<f64>,
 }
 
 /// How far one training is from another: the largest loss difference relative to the loss
@@ -249,38 +253,74 @@ impl<B: Backend> ModuleVisitor<B> for Params {
     }
 }
 
-/// Seeds Burn as a user does, builds the model, and trains it with Adam and cross-entropy for
-/// `steps`, `batch(model, step)` giving a step's logits and labels.
+/// A step's logits and labels, `(model, step)`: a model's training batch on `B`, or (on
+/// `B::InnerBackend`) its evaluation batch.
+type Batch<M, B> = fn(&M, usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>);
+
+/// How many samples a trained model's accuracy is measured on, at least.
+const EVAL_SAMPLES: usize = 100;
+
+/// Seeds Burn as a user does, builds the model, trains it with Adam and cross-entropy for
+/// `steps` (`batch` gives step `i`'s logits and labels), then evaluates it (`eval`, the same
+/// batches on the inner backend in evaluation mode): the predictions for step `steps`'s batch,
+/// and the accuracy on the batches from there on, which it never trained on.
 fn fit<B: AutodiffBackend, M: AutodiffModule<B>>(
     seed: u64,
     init: impl FnOnce(&B::Device) -> M,
     steps: usize,
     lr: f64,
-    batch: impl Fn(&M, usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>),
-) -> (M, Vec<f32>) {
+    batch: Batch<M, B>,
+    eval: Batch<M::InnerModule, B::InnerBackend>,
+) -> Run {
     let device = Default::default();
     B::seed(&device, seed);
     let mut model = init(&device);
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut optim = AdamConfig::new().init();
     let mut losses = Vec::with_capacity(steps);
+    let mut seconds = Vec::with_capacity(steps);
+    let mut last = std::time::Instant::now();
     for step in 0..steps {
         let (logits, labels) = batch(&model, step);
         let loss = loss_fn.forward(logits, labels);
+        // Reading the loss waits for this step's forward and the last step's backward and
+        // update: a step's time runs from one read to the next.
         losses.push(loss.clone().into_scalar().elem::<f32>());
+        let now = std::time::Instant::now();
+        if step > 0 {
+            seconds.push((now - last).as_secs_f64());
+        }
+        last = now;
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(lr, model, grads);
     }
-    (model, losses)
-}
-
-fn run_of<B: Backend, M: Module<B>>(model: &M, losses: Vec<f32>, eval: TensorData) -> Run {
     let mut params = Params(Vec::new());
     model.visit(&mut params);
+    let model = model.valid();
+    let (mut right, mut samples) = (0, 0);
+    let mut predictions = None;
+    for step in steps.. {
+        if samples >= EVAL_SAMPLES {
+            break;
+        }
+        let (logits, labels) = eval(&model, step);
+        let n = labels.dims()[0];
+        let predicted = logits.clone().argmax(1).reshape([n]);
+        right += predicted
+            .equal(labels)
+            .int()
+            .sum()
+            .into_scalar()
+            .elem::<i64>() as usize;
+        samples += n;
+        predictions.get_or_insert_with(|| logits.into_data());
+    }
     Run {
         losses,
+        seconds,
         params: params.0,
-        eval,
+        eval: predictions.expect("an evaluation batch"),
+        accuracy: right as f32 / samples as f32,
     }
 }
 
@@ -306,15 +346,14 @@ fn images<B: Backend>(step: usize, device: &B::Device) -> (Tensor<B, 3>, Tensor<
     )
 }
 
+fn guide_batch<B: Backend>(model: &Guide<B>, step: usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let (x, y) = images::<B>(step, &Default::default());
+    (model.forward(x), y)
+}
+
 fn train_guide<B: AutodiffBackend>(steps: usize) -> Run {
-    let device = Default::default();
     let init = |device: &B::Device| Guide::<B>::new(64, 10, device);
-    let (model, losses) = fit(7, init, steps, 1e-3, |model, step| {
-        let (x, y) = images::<B>(step, &device);
-        (model.forward(x), y)
-    });
-    let (x, _) = images::<B::InnerBackend>(steps, &device);
-    run_of(&model, losses, model.valid().forward(x).into_data())
+    fit(7, init, steps, 1e-3, guide_batch, guide_batch)
 }
 
 const SEQ: usize = 9;
@@ -346,15 +385,14 @@ fn train_bert<B: AutodiffBackend>(steps: usize) -> Run {
     train_encoder_with::<B>(steps, 0.0)
 }
 
+fn encoder_batch<B: Backend>(model: &Encoder<B>, step: usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let (x, y) = sequences::<B>(step, &Default::default());
+    (model.forward(x), y)
+}
+
 fn train_encoder_with<B: AutodiffBackend>(steps: usize, dropout: f64) -> Run {
-    let device = Default::default();
     let init = |device: &B::Device| Encoder::<B>::new(SEQ, 4, dropout, device);
-    let (model, losses) = fit(11, init, steps, 3e-3, |model, step| {
-        let (x, y) = sequences::<B>(step, &device);
-        (model.forward(x), y)
-    });
-    let (x, _) = sequences::<B::InnerBackend>(steps, &device);
-    run_of(&model, losses, model.valid().forward(x).into_data())
+    fit(11, init, steps, 3e-3, encoder_batch, encoder_batch)
 }
 
 /// The fused steps Hypatia ran so far on the test device, all patterns.
@@ -405,9 +443,12 @@ fn trains_as_on_burn<F: burn_cubecl::FloatElement>(
     // include each side's first compilations and autotune (Hypatia's side runs first).
     eprintln!(
         "{name} in {:?}: {distance} (allowed {allowed}); Burn without its fusion: {}; \
-         {STEPS} steps in {:.1} s on Hypatia, {:.1} s on Burn",
+         accuracy {:.2} on Hypatia, {:.2} on Burn; {STEPS} steps in {:.1} s on Hypatia, \
+         {:.1} s on Burn",
         F::dtype(),
         spread.map_or("not run".into(), |s| s.to_string()),
+        fused.accuracy,
+        plain.accuracy,
         fused_time.as_secs_f64(),
         plain_time.as_secs_f64()
     );
@@ -473,14 +514,23 @@ impl<B: Backend> SiluMlp<B> {
     }
 }
 
+fn silu_mlp_batch<B: Backend>(
+    model: &SiluMlp<B>,
+    step: usize,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let (x, y) = images::<B>(step, &Default::default());
+    (model.forward(x), y)
+}
+
 fn train_silu_mlp<B: AutodiffBackend>(steps: usize) -> Run {
-    let device = Default::default();
-    let (model, losses) = fit(17, SiluMlp::<B>::new, steps, 3e-3, |model, step| {
-        let (x, y) = images::<B>(step, &device);
-        (model.forward(x), y)
-    });
-    let (x, _) = images::<B::InnerBackend>(steps, &device);
-    run_of(&model, losses, model.valid().forward(x).into_data())
+    fit(
+        17,
+        SiluMlp::<B>::new,
+        steps,
+        3e-3,
+        silu_mlp_batch,
+        silu_mlp_batch,
+    )
 }
 
 /// The SiLU classifier trains on Hypatia as on Burn, in `F`, with SiLU's backward fused in
@@ -593,16 +643,15 @@ impl<B: Backend> Llama<B> {
     }
 }
 
+/// The next token of each position (the last predicts the first, wrapping).
+fn llama_batch<B: Backend>(model: &Llama<B>, step: usize) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let (x, _) = sequences::<B>(step, &Default::default());
+    let y = x.clone().roll_dim(-1, 1).reshape([ENCODER_BATCH * SEQ]);
+    (model.forward(x), y)
+}
+
 fn train_llama<B: AutodiffBackend>(steps: usize) -> Run {
-    let device = Default::default();
-    let (model, losses) = fit(13, Llama::<B>::new, steps, 3e-3, |model, step| {
-        let (x, _) = sequences::<B>(step, &device);
-        // The next token of each position (the last predicts the first, wrapping).
-        let y = x.clone().roll_dim(-1, 1).reshape([ENCODER_BATCH * SEQ]);
-        (model.forward(x), y)
-    });
-    let (x, _) = sequences::<B::InnerBackend>(steps, &device);
-    run_of(&model, losses, model.valid().forward(x).into_data())
+    fit(13, Llama::<B>::new, steps, 3e-3, llama_batch, llama_batch)
 }
 
 /// A Llama-style layer trains on `Autodiff<Hypatia<B>>` as on `Autodiff<B>`: within
@@ -651,3 +700,9 @@ pub fn llama_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     );
     distance.assert_within(&allowed, "llama", &fused, &plain);
 }
+
+// 200 steps beside Burn without its fusion, which only CUDA builds have.
+#[cfg(feature = "cuda")]
+mod long;
+#[cfg(feature = "cuda")]
+pub use long::trains_200_steps_as_on_burn;

@@ -24,7 +24,8 @@ cd "$ROOT"
 # whole suite compiles for longer than a call, and one backend's pack (40-49 MB) is all a call
 # carries: calls 4 and 5 run the tests of what Hypatia claims (matmuls, linears, activations,
 # linear algebra, pools), call 4 carrying .device/burn_tests-hypatia.tgz, call 5
-# .device/burn_tests-burn.tgz.
+# .device/burn_tests-burn.tgz. Call 6 trains the user models 200 steps beside Burn, one chunk at
+# a time so that their step times are the GPU's alone.
 calls() {
   cat <<'EOF'
 1|14|hopper-bf16-0 hopper-bf16-1 hopper-f16-0 hopper-f16-1 hopper-tf32-0 hopper-tf32-1 half_f16-prop-forward half_bf16-prop-forward lib-prop-backward-0 lib-prop-backward-1 half_f16-prop-backward-0 half_bf16-prop-backward-0 lib-prop-gelu-backward lib-prop-silu-backward half_f16-prop-gelu-backward half_bf16-prop-gelu-backward half_f16-prop-silu-backward half_bf16-prop-silu-backward
@@ -32,6 +33,7 @@ calls() {
 3|10|half_bf16-models half_bf16-models-guide half_bf16-models-silu lib-train lib-rest lib-mlp lib-kernels unit learner
 4|7|burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
 5|7|burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
+6|1|lib-models-200 half_bf16-models-200
 EOF
 }
 

@@ -67,7 +67,9 @@ half_bf16-models|lib|suite::half::bf16::encoder_trains suite::half::bf16::bert_t
 half_bf16-models-guide|lib|suite::half::bf16::guide_trains --include-ignored
 half_bf16-models-silu|lib|suite::half::bf16::silu_mlp_trains suite::half::bf16::llama_trains --include-ignored
 lib-train|lib|suite::train
-lib-long-run|lib|suite::long_run
+lib-long-run|lib|suite::long_run --skip suite::long_run::user_models
+lib-models-200|lib|suite::long_run::user_models
+half_bf16-models-200|lib|suite::half::bf16::models_train_200 --include-ignored
 lib-prop-forward|lib|suite::property_tests::forward
 lib-rest|lib|$skips
 lib-mlp|lib|suite::mlp suite::sync suite::race suite::replay
