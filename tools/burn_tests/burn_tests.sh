@@ -17,9 +17,10 @@
 # logs; CARGO_TARGET_DIR defaults to the crate's own (~/.cache/hypatia-target for wgpu,
 # ~/.cache/hypatia-cuda for cuda) so the backends build once. `run` runs JOBS binaries at once
 # (default 1), each on TEST_THREADS threads (default 2) for at most TIMEOUT seconds (default
-# 1800). On the GPU machine it takes the binaries from the packs carried (one backend's, or
-# both), restores and saves CubeCL's caches as tools/device/run.sh suite does, and leaves the
-# table and the logs under $OUT.
+# 1800), of the backends BACKENDS names (default "hypatia burn"). On the GPU machine it takes
+# the binaries from those backends' packs (a warm machine keeps an earlier call's pack: only
+# the named ones are unpacked and run), restores and saves CubeCL's caches as
+# tools/device/run.sh suite does, and leaves the table and the logs under $OUT.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE="$ROOT/tools/burn_tests"
@@ -138,7 +139,12 @@ run() {
     on_device=1
     BINS="$ROOT/.device/burn_tests/bin"
     mkdir -p "$ROOT/.device/burn_tests"
-    for pack in "$ROOT"/.device/burn_tests-*.tgz; do tar xJf "$pack" -C "$ROOT/.device/burn_tests"; done
+    rm -rf "$BINS"
+    for backend in ${BACKENDS:-hypatia burn}; do
+      pack="$ROOT/.device/burn_tests-$backend.tgz"
+      [ ! -f "$pack" ] || tar xJf "$pack" -C "$ROOT/.device/burn_tests"
+    done
+    mkdir -p "$BINS"
     cp "$ROOT/tools/device/cubecl.toml" "$BINS/"
     bash "$ROOT/tools/device/lib/cache.sh" restore
     eval "$(bash "$ROOT/tools/device/lib/cache.sh" env)"
@@ -149,7 +155,7 @@ run() {
   mkdir -p "$LOGS"
   # JOBS binaries at once (default 1), each on TEST_THREADS threads.
   for suite in $SUITES; do
-    for backend in hypatia burn; do
+    for backend in ${BACKENDS:-hypatia burn}; do
       [ -x "$BINS/$backend/$suite" ] || continue
       while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-1}" ]; do wait -n || true; done
       run_one "$suite" "$backend" "$@" &

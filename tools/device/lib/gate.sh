@@ -19,7 +19,8 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$ROOT"
 
-# call|how many at once|what: suite chunks, or `burn:FILTER` for Burn's tests. The slowest
+# call|how many at once|what: suite chunks, or `burn:BACKEND:FILTER` for Burn's tests on one
+# backend. The slowest
 # first; the groups come from the suite's last run (benches/results/nvidia-h200.md). Burn's
 # whole suite compiles for longer than a call, and one backend's pack (40-49 MB) is all a call
 # carries: calls 4 and 5 run the tests of what Hypatia claims (matmuls, linears, activations,
@@ -31,8 +32,8 @@ calls() {
 1|14|hopper-bf16-0 hopper-bf16-1 hopper-f16-0 hopper-f16-1 hopper-tf32-0 hopper-tf32-1 half_f16-prop-forward half_bf16-prop-forward lib-prop-backward-0 lib-prop-backward-1 half_f16-prop-backward-0 half_bf16-prop-backward-0 lib-prop-gelu-backward lib-prop-silu-backward half_f16-prop-gelu-backward half_bf16-prop-gelu-backward half_f16-prop-silu-backward half_bf16-prop-silu-backward
 2|16|half_f16-prop-backward-1 half_f16-prop-backward-2 half_bf16-prop-backward-1 half_bf16-prop-backward-2 half_f16-prop-chains half_bf16-prop-chains hopper-tiny-bf16 hopper-tiny-f16 hopper-tiny-f32 hopper half_f16 half_bf16 lib-long-run lib-prop-forward lib-prop-chains startup
 3|10|half_bf16-models half_bf16-models-guide half_bf16-models-silu lib-train lib-rest lib-mlp lib-kernels unit learner
-4|7|burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
-5|7|burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
+4|7|burn:hypatia:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
+5|7|burn:burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
 6|1|lib-models-200 half_bf16-models-200
 EOF
 }
@@ -49,10 +50,13 @@ run() {
   IFS='|' read -r _ jobs what <<<"$line"
   local lines=${OUT:-$ROOT/.device}/gate-$n.txt
   if [[ "$what" == burn:* ]]; then
-    # Burn's suites on both backends; its table's rows become gate lines (burn_tests.sh report).
+    # Burn's suites on the call's backend; its table's rows become gate lines (burn_tests.sh
+    # report).
+    local backend=${what#burn:}
+    backend=${backend%%:*}
     # shellcheck disable=SC2086 # the filter is words
-    JOBS=$jobs TIMEOUT=${CHUNK_TIMEOUT:-540} bash tools/burn_tests/burn_tests.sh run ${what#burn:} |
-      tee "$lines.raw"
+    BACKENDS=$backend JOBS=$jobs TIMEOUT=${CHUNK_TIMEOUT:-540} \
+      bash tools/burn_tests/burn_tests.sh run ${what#burn:"$backend":} | tee "$lines.raw"
     python3 - "$lines.raw" >"$lines" <<'PY'
 import sys
 # burn_tests.sh's rows `| suite | backend | passed | failed | ignored | s |`; `table` compares
