@@ -395,6 +395,14 @@ fn relu_applied_twice_matches_burn() {
     }
 }
 
+/// One step of each user model (`user_models/float64.rs`), forward and backward, is as close
+/// to Burn's float64 reference on Hypatia as on Burn, tensor by tensor.
+#[test]
+fn user_model_steps_are_as_close_to_float64_as_on_burn() {
+    let _serial = serial();
+    user_models::steps_as_close_to_float64_as_burns();
+}
+
 /// Burn's guide model (`user_models.rs`) trains on Hypatia as on Burn.
 #[test]
 fn burns_guide_model_trains_as_on_burn() {

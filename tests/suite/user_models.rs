@@ -43,7 +43,7 @@ struct Guide<B: Backend> {
 }
 
 impl<B: Backend> Guide<B> {
-    fn new(hidden: usize, classes: usize, device: &B::Device) -> Self {
+    fn new(hidden: usize, classes: usize, dropout: f64, device: &B::Device) -> Self {
         Self {
             conv1: Conv2dConfig::new([1, 8], [3, 3]).init(device),
             conv2: Conv2dConfig::new([8, 16], [3, 3]).init(device),
@@ -51,7 +51,7 @@ impl<B: Backend> Guide<B> {
             activation: Relu::new(),
             linear1: LinearConfig::new(16 * 8 * 8, hidden).init(device),
             linear2: LinearConfig::new(hidden, classes).init(device),
-            dropout: DropoutConfig::new(0.5).init(),
+            dropout: DropoutConfig::new(dropout).init(),
         }
     }
 
@@ -352,7 +352,7 @@ fn guide_batch<B: Backend>(model: &Guide<B>, step: usize) -> (Tensor<B, 2>, Tens
 }
 
 fn train_guide<B: AutodiffBackend>(steps: usize) -> Run {
-    let init = |device: &B::Device| Guide::<B>::new(64, 10, device);
+    let init = |device: &B::Device| Guide::<B>::new(64, 10, 0.5, device);
     fit(7, init, steps, 1e-3, guide_batch, guide_batch)
 }
 
@@ -700,6 +700,9 @@ pub fn llama_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     );
     distance.assert_within(&allowed, "llama", &fused, &plain);
 }
+
+mod float64;
+pub use float64::steps_as_close_to_float64_as_burns;
 
 // 200 steps beside Burn without its fusion, which only CUDA builds have.
 #[cfg(feature = "cuda")]
