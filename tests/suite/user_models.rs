@@ -701,7 +701,11 @@ pub fn llama_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     distance.assert_within(&allowed, "llama", &fused, &plain);
 }
 
+// The float64 reference is Burn's `NdArray<f64>`, which has no collectives: under `distributed`
+// Burn's `Autodiff` differentiates only backends with them.
+#[cfg(not(feature = "distributed"))]
 mod float64;
+#[cfg(not(feature = "distributed"))]
 pub use float64::steps_as_close_to_float64_as_burns;
 
 // 200 steps beside Burn without its fusion, which only CUDA builds have.

@@ -17,12 +17,12 @@ type Float64 = Autodiff<burn::backend::NdArray<f64>>;
 const FLOOR: f64 = 1e-5;
 
 /// Sets every float parameter, in visiting order, to the next of the values given.
-struct Load(std::vec::IntoIter<TensorData>);
+struct Load<'a>(std::slice::Iter<'a, TensorData>);
 
-impl<B: Backend> ModuleMapper<B> for Load {
+impl<B: Backend> ModuleMapper<B> for Load<'_> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
-        let data = self.0.next().expect("as many values as parameters");
+        let data = self.0.next().expect("as many values as parameters").clone();
         let loaded = Tensor::from_data(data, &tensor.device()).require_grad();
         Param::from_mapped_value(id, loaded, mapper)
     }
@@ -46,7 +46,7 @@ fn step<B: AutodiffBackend, M: AutodiffModule<B>>(
     batch: Batch<M, B>,
 ) -> Vec<Option<TensorData>> {
     let device = Default::default();
-    let model = init(&device).map(&mut Load(params.to_vec().into_iter()));
+    let model = init(&device).map(&mut Load(params.iter()));
     let (logits, labels) = batch(&model, 0);
     let loss = CrossEntropyLossConfig::new()
         .init(&device)
