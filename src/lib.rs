@@ -212,4 +212,6 @@ mod book {
     struct Decision0023;
     #[doc = include_str!("../docs/decisions/0024-small-batch-timed-awake.md")]
     struct Decision0024;
+    #[doc = include_str!("../docs/decisions/0025-trainings-compared-by-outcome.md")]
+    struct Decision0025;
 }
