@@ -133,7 +133,7 @@ report() {
 }
 
 run() {
-  local on_device="" suite backend
+  local on_device="" suite backend pack
   BINS="$HARNESS/bin"
   if ls "$ROOT"/.device/burn_tests-*.tgz >/dev/null 2>&1 && command -v nvidia-smi >/dev/null; then
     on_device=1
