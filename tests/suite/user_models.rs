@@ -297,12 +297,9 @@ fn fit<B: AutodiffBackend, M: AutodiffModule<B>>(
     let mut params = Params(Vec::new());
     model.visit(&mut params);
     let model = model.valid();
-    let (mut right, mut samples) = (0, 0);
+    let (mut right, mut samples, mut step) = (0, 0, steps);
     let mut predictions = None;
-    for step in steps.. {
-        if samples >= EVAL_SAMPLES {
-            break;
-        }
+    while samples < EVAL_SAMPLES {
         let (logits, labels) = eval(&model, step);
         let n = labels.dims()[0];
         let predicted = logits.clone().argmax(1).reshape([n]);
@@ -313,6 +310,7 @@ fn fit<B: AutodiffBackend, M: AutodiffModule<B>>(
             .into_scalar()
             .elem::<i64>() as usize;
         samples += n;
+        step += 1;
         predictions.get_or_insert_with(|| logits.into_data());
     }
     Run {

@@ -43,10 +43,16 @@ impl Outcome {
     }
 }
 
-/// The `q`-quantile of `values` (sorted here).
-fn quantile(mut values: Vec<f64>, q: f64) -> f64 {
+/// `values` from step `WARM_UP` on, sorted.
+fn sorted_after_warm_up(values: &[f64]) -> Vec<f64> {
+    let mut values = values[WARM_UP..].to_vec();
     values.sort_by(f64::total_cmp);
-    values[((values.len() - 1) as f64 * q).round() as usize]
+    values
+}
+
+/// The `q`-quantile of `sorted`.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 /// Trains `name` `STEPS` steps on Hypatia, Burn and Burn without its fusion (`bare`, CUDA
@@ -73,11 +79,12 @@ fn trains_long_as_on_burn<F: burn_cubecl::FloatElement>(
     };
     let allowed_loss = f32::max(loss_floor, 2.0 * spread_loss);
     let allowed_accuracy = f32::max(ACCURACY_FLOOR, 2.0 * spread_accuracy);
-    let ms = |run: &Run| quantile(run.seconds[WARM_UP..].to_vec(), 0.5) * 1e3;
-    let ratios: Vec<f64> = (fused.seconds[WARM_UP..].iter())
-        .zip(&plain.seconds[WARM_UP..])
+    let ms = |run: &Run| quantile(&sorted_after_warm_up(&run.seconds), 0.5) * 1e3;
+    let ratios: Vec<f64> = (fused.seconds.iter())
+        .zip(&plain.seconds)
         .map(|(h, b)| h / b)
         .collect();
+    let ratios = sorted_after_warm_up(&ratios);
     eprintln!(
         "{name} in {:?}, {STEPS} steps: final loss {:.4} / {:.4} / {:.4} (Hypatia / Burn / \
          Burn without its fusion), accuracy {:.2} / {:.2} / {:.2}; from Burn: Hypatia {loss:.1e}, \
@@ -94,9 +101,9 @@ fn trains_long_as_on_burn<F: burn_cubecl::FloatElement>(
         ms(&fused),
         ms(&plain),
         ms(&bare),
-        quantile(ratios.clone(), 0.5),
-        quantile(ratios.clone(), 0.9),
-        quantile(ratios, 1.0),
+        quantile(&ratios, 0.5),
+        quantile(&ratios, 0.9),
+        quantile(&ratios, 1.0),
     );
     assert!(
         b.loss < plain.losses[0],
