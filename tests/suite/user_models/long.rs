@@ -55,6 +55,44 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
+/// A training's step times over a reference step time (Burn's median step), from step
+/// `WARM_UP` on: what "every step within 2x Burn's step time" reads.
+struct StepTimes {
+    median: f64,
+    p90: f64,
+    /// The slowest step's ratio and its index.
+    worst: (f64, usize),
+    /// Steps over twice the reference.
+    over_twice: usize,
+}
+
+impl StepTimes {
+    fn against(seconds: &[f64], reference: f64) -> Self {
+        let ratios: Vec<f64> = seconds.iter().map(|s| s / reference).collect();
+        let sorted = sorted_after_warm_up(&ratios);
+        let worst = (ratios.iter().enumerate().skip(WARM_UP))
+            .map(|(step, &ratio)| (ratio, step))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("steps after the warm-up");
+        Self {
+            median: quantile(&sorted, 0.5),
+            p90: quantile(&sorted, 0.9),
+            worst,
+            over_twice: sorted.iter().filter(|&&r| r > 2.0).count(),
+        }
+    }
+}
+
+impl core::fmt::Display for StepTimes {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "median {:.2}, p90 {:.2}, worst {:.2} (step {}), over 2x {}",
+            self.median, self.p90, self.worst.0, self.worst.1, self.over_twice
+        )
+    }
+}
+
 /// Trains `name` `STEPS` steps on Hypatia, Burn and Burn without its fusion (`bare`, CUDA
 /// only), prints their outcomes and step times, and asserts Hypatia's outcome is within
 /// twice Burn's spread, or the floor.
@@ -79,18 +117,17 @@ fn trains_long_as_on_burn<F: burn_cubecl::FloatElement>(
     };
     let allowed_loss = f32::max(loss_floor, 2.0 * spread_loss);
     let allowed_accuracy = f32::max(ACCURACY_FLOOR, 2.0 * spread_accuracy);
-    let ms = |run: &Run| quantile(&sorted_after_warm_up(&run.seconds), 0.5) * 1e3;
-    let ratios: Vec<f64> = (fused.seconds.iter())
-        .zip(&plain.seconds)
-        .map(|(h, b)| h / b)
-        .collect();
-    let ratios = sorted_after_warm_up(&ratios);
+    let median = |run: &Run| quantile(&sorted_after_warm_up(&run.seconds), 0.5);
+    let burn_median = median(&plain);
+    let steps = |run: &Run| StepTimes::against(&run.seconds, burn_median);
+    let [on_hypatia, on_burn] = [&fused, &plain].map(steps);
     eprintln!(
         "{name} in {:?}, {STEPS} steps: final loss {:.4} / {:.4} / {:.4} (Hypatia / Burn / \
          Burn without its fusion), accuracy {:.2} / {:.2} / {:.2}; from Burn: Hypatia {loss:.1e}, \
          {accuracy:.2} (allowed {allowed_loss:.1e}, {allowed_accuracy:.2}), Burn without its \
          fusion {spread_loss:.1e}, {spread_accuracy:.2}; ms a step after {WARM_UP} (median): \
-         {:.2} / {:.2} / {:.2}, Hypatia / Burn a step: median {:.2}, p90 {:.2}, worst {:.2}",
+         {:.2} / {:.2} / {:.2}; a step over Burn's median step: Hypatia {on_hypatia}, Burn \
+         {on_burn}",
         F::dtype(),
         h.loss,
         b.loss,
@@ -98,12 +135,9 @@ fn trains_long_as_on_burn<F: burn_cubecl::FloatElement>(
         h.accuracy,
         b.accuracy,
         s.accuracy,
-        ms(&fused),
-        ms(&plain),
-        ms(&bare),
-        quantile(&ratios, 0.5),
-        quantile(&ratios, 0.9),
-        quantile(&ratios, 1.0),
+        median(&fused) * 1e3,
+        burn_median * 1e3,
+        median(&bare) * 1e3,
     );
     assert!(
         b.loss < plain.losses[0],
