@@ -68,11 +68,10 @@ fn norm(v: &[f64]) -> f64 {
     v.iter().map(|x| x * x).sum::<f64>().sqrt()
 }
 
-/// Whether Hypatia's tensors are within twice Burn's distance from float64, or the floor:
-/// `Err` names every tensor that is not. A
-/// distance is relative to the reference's norm, but at least a thousandth of its largest
-/// gradient's: a gradient that is zero in exact arithmetic (an attention key's bias) is
-/// rounding on every backend.
+/// Whether Hypatia's tensors are within twice Burn's distance from float64, or the floor
+/// (`Err` names each one that is not). A distance is relative to the reference's norm, but at
+/// least a thousandth of its largest gradient's: a gradient that is zero in exact arithmetic
+/// (an attention key's bias) is rounding on every backend.
 fn as_close(
     name: &str,
     fused: &[Option<TensorData>],
@@ -119,9 +118,10 @@ fn as_close(
         "{name}, one step from float64 (worst tensor): Hypatia {worst_fused:.1e}, Burn \
          {worst_plain:.1e}"
     );
-    match failures.is_empty() {
-        true => Ok(()),
-        false => Err(format!("{name}: {}", failures.join("; "))),
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{name}: {}", failures.join("; ")))
     }
 }
 
