@@ -139,9 +139,25 @@ impl Plan {
     /// The plan must have been made on a window holding the tail's views (a stray drop aside):
     /// the planner then declined any step whose insides they read.
     pub fn with_free_tail(&self, ops: &[CapturedOp]) -> Option<Plan> {
+        ops.last()?
+            .is_drop()
+            .then(|| self.with_views(ops))
+            .flatten()
+    }
+
+    /// This plan grown over the rest of the block `ops` (as fed), when that rest is views and
+    /// bookkeeping: the rest runs as Burn's ops after the steps.
+    ///
+    /// Views of a claim's own outputs (the `reshape` of a bias gradient after its `sum_dim`, of
+    /// `dx` to the input's shape) belong to the claim: left out, they open the next block, where
+    /// Burn's elementwise fuser holds them open while later ops are queued, and the ops after
+    /// the claim are grouped, and laid out, otherwise than on Burn (decision record 0026).
+    ///
+    /// The plan must have been made on a window holding the tail's views (a stray drop aside):
+    /// the planner then declined any step whose insides they read.
+    pub fn with_views(&self, ops: &[CapturedOp]) -> Option<Plan> {
         let tail = ops.get(self.len..)?;
-        let ends_freeing = tail.last()?.is_drop();
-        (ends_freeing && tail.iter().all(|op| op.kind.is_free())).then(|| Plan {
+        (!tail.is_empty() && tail.iter().all(|op| op.kind.is_free())).then(|| Plan {
             steps: (self.steps.iter().cloned())
                 .chain((self.len..ops.len()).map(Step::Run))
                 .collect(),

@@ -114,10 +114,35 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         let Some(plan) = self.plan_now() else {
             return;
         };
-        if self.claim.as_ref().is_some_and(|c| c.len <= plan.len)
-            && let Some(whole) = plan.with_free_tail(self.window.ops())
+        if let Some(whole) = plan.with_free_tail(self.window.ops())
+            && self.claim.as_ref().is_some_and(|c| c.len <= whole.len)
         {
             self.claim = Some(Arc::new(whole));
+        }
+    }
+
+    /// After a view (`reshape`, `swap_dims`) right after the claim, of a tensor the claim
+    /// computes: the claim grown over it (see [`Plan::with_views`]), from a plan made with the
+    /// view in the window.
+    fn claim_own_view(&mut self) {
+        let ops = self.window.ops();
+        let Some((index, op)) = ops.iter().enumerate().next_back() else {
+            return;
+        };
+        let own = |claim: &Plan| {
+            claim.len == index
+                && matches!(op.kind, OpKind::Reshape | OpKind::SwapDims { .. })
+                && (op.inputs.first())
+                    .and_then(|x| self.window.find_producer(x.id))
+                    .is_some_and(|producer| producer < claim.len)
+        };
+        if !self.claim.as_deref().is_some_and(own) {
+            return;
+        }
+        if let Some(plan) = self.plan_now()
+            && let Some(grown) = plan.with_views(self.window.ops())
+        {
+            self.claim = Some(Arc::new(grown));
         }
     }
 
@@ -218,6 +243,8 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             self.analyze();
         } else if freed_after_claim {
             self.claim_free_tail();
+        } else {
+            self.claim_own_view();
         }
         // A mask that completes no match means the leading matmul's pattern is not one
         // Hypatia runs (or is switched off): stop holding the block.

@@ -161,7 +161,7 @@ fn stray_drop() -> burn_ir::OperationIr {
     burn_ir::OperationIr::Drop(named(10_000))
 }
 
-/// `relu(x · w + b)`, then a view of its output: the view alone does not join the claim.
+/// `relu(x · w + b)`, then a view of its output, which joins the claim.
 fn linear_relu_viewed() -> (HypatiaFuser<Runtime>, T) {
     let mut ir = IrBuilder::new();
     let y = linear_relu(&mut ir);
@@ -171,8 +171,51 @@ fn linear_relu_viewed() -> (HypatiaFuser<Runtime>, T) {
         statuses.iter().all(|s| *s == FuserStatus::Open),
         "{statuses:?}"
     );
-    assert_eq!(fuser.len(), 5);
+    assert_eq!(fuser.len(), 6);
     (fuser, flat)
+}
+
+#[test]
+fn views_of_what_a_claim_computes_join_it() {
+    let _serial = serial();
+    // Burn's backward of a Linear + ReLU whose input was a reshaped image (the guide model:
+    // conv → pool → flatten → Linear): the gated `dy · w2ᵀ`, the bias gradient's `sum_dim`,
+    // then its `reshape` and the `reshape` of the gradient back to the image's shape. Left out
+    // of the claim, the two views open the next block, where Burn's elementwise fuser holds
+    // them open while the ops after them are queued, and those ops then run grouped (and their
+    // outputs laid out) otherwise than on Burn (decision record 0026).
+    let mut ir = IrBuilder::new();
+    let dy = ir.input(&[17, 10]);
+    let w2 = ir.param(&[64, 10]);
+    let pre = ir.param(&[17, 64]);
+    let wt = ir.swap_dims(w2, 0, 1);
+    let dx = ir.matmul(dy, wt);
+    let mask = ir.lower_equal_zero(pre);
+    let dpre = ir.mask_fill(dx, mask);
+    let sum = ir.sum_dim(dpre, 0);
+    let db = ir.reshape(sum, &[64]);
+    let image = ir.reshape(dpre, &[17, 4, 4, 4]);
+    let ops = ir.ops(&[db, image]);
+    let (fuser, statuses) = feed(&ir, &[db, image]);
+    assert!(
+        statuses.iter().all(|s| *s == FuserStatus::Open),
+        "{statuses:?}"
+    );
+    assert!(fuser.properties().ready);
+    assert_eq!(fuser.len(), ops.len(), "the claim takes both views");
+}
+
+#[test]
+fn a_view_of_a_tensor_from_before_the_claim_stays_out() {
+    let _serial = serial();
+    // The next layer's transposed weight (or any view of a tensor the claim did not compute)
+    // may begin the next match: it is not the claim's.
+    let mut ir = IrBuilder::new();
+    let y = linear_relu(&mut ir);
+    let w = ir.param(&[65, 9]);
+    let wt = ir.swap_dims(w, 0, 1);
+    let (fuser, _) = feed(&ir, &[y, wt]);
+    assert_eq!(fuser.len(), 5);
 }
 
 #[test]
@@ -201,7 +244,7 @@ fn an_init_after_a_whole_claim_leaves_it_open() {
     let init = burn_ir::InitOperationIr { out: named(10_001) };
     fuser.fuse(&burn_ir::OperationIr::Init(init));
     assert_eq!(fuser.status(), FuserStatus::Open);
-    assert_eq!(fuser.len(), 5);
+    assert_eq!(fuser.len(), 6);
 }
 
 #[test]
