@@ -214,4 +214,8 @@ mod book {
     struct Decision0024;
     #[doc = include_str!("../docs/decisions/0025-trainings-compared-by-outcome.md")]
     struct Decision0025;
+    #[doc = include_str!("../docs/decisions/0026-views-join-the-claim.md")]
+    struct Decision0026;
+    #[doc = include_str!("../docs/decisions/0027-rounded-where-burn-rounds.md")]
+    struct Decision0027;
 }

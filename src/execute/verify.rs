@@ -29,8 +29,9 @@ use burn_ir::{BackendIr, TensorHandle, TensorIr, TensorStatus};
 
 /// The largest accepted `|fused − burn|`, relative to `max(1, max |burn|)`.
 ///
-/// Both sides accumulate in f32 in different orders and round once (fused) or after each op
-/// (Burn) to the storage type, so they differ by a few units of the storage type's roundoff;
+/// Both sides accumulate in f32 in different orders and round the product, then each op after
+/// it, to the storage type (decision record 0027; a fused activation rounds once), so they
+/// differ by a few units of the storage type's roundoff;
 /// on devices whose f32 matmul runs TF32 (`tf32`), by TF32's. A real fault (a lost bias, a
 /// wrong gate, a stale tile) is off by O(1).
 pub fn tolerance(dtype: DType, tf32: bool) -> f64 {

@@ -83,6 +83,12 @@ fn pitched_at<F: Float>(tensor: &Tensor<F>, offset: usize, col: usize) -> usize 
     offset / tensor.shape(1) * tensor.stride(0) + col
 }
 
+/// `value` rounded to the storage type `F`, back in f32.
+#[cube]
+fn round<F: Float>(value: f32) -> f32 {
+    f32::cast_from(F::cast_from(value))
+}
+
 /// The store of every kernel: adds the bias of column `col`, writes the pre-activation when
 /// `write_pre`, applies the activation or the gate's backward (after dropout's, with its
 /// `mask`), writes `out`. `out` and `pre` are contiguous with the output's shape and written
@@ -104,7 +110,9 @@ pub fn store_epilogue<F: Float>(
     beta: f32,
     #[comptime] flags: EpilogueFlags,
 ) -> f32 {
-    let mut value = accumulator;
+    // Rounded where Burn rounds (decision record 0027): its matmul stores the product in the
+    // storage type, and each op after it rounds its own result (identity in f32).
+    let mut value = round::<F>(accumulator);
     if flags.has_bias {
         value += f32::cast_from(bias[col * bias.stride(0)]);
     }
@@ -114,8 +122,8 @@ pub fn store_epilogue<F: Float>(
     value = activate(value, alpha, beta, flags.activation);
     if flags.dropout {
         // Burn's dropout backward: `mul_scalar(grad, 1 / (1 - p))`, then `mul(.., mask)`.
-        value *= alpha;
-        value *= f32::cast_from(mask[pitched_at(mask, offset, col)]);
+        value = round::<F>(value * alpha);
+        value = round::<F>(value * f32::cast_from(mask[pitched_at(mask, offset, col)]));
     }
     if comptime![flags.gate != Gate::None] {
         let mut saved = 0.0f32;

@@ -43,7 +43,7 @@ fn isolated(name: &str, body: impl FnOnce()) {
     }
 }
 
-/// One module of tests for the dtype `$dtype`: the seven every half dtype runs, then `$name`s of
+/// One module of tests for the dtype `$dtype`: the eight every half dtype runs, then `$name`s of
 /// its own, each test named and run in a process of its own.
 macro_rules! half_tests {
     ($dtype:ident $(, $(#[$attr:meta])* $name:ident => $body:expr)* $(,)?) => {
@@ -53,6 +53,7 @@ macro_rules! half_tests {
             type F = burn::tensor::$dtype;
             half_tests!(@each
                 matches_burn => check::check_half::<F>(),
+                rounds_where_burn_rounds => check::check_half_rounding::<F>(),
                 mlp_chains_match_burn => check::check_half_chain::<F>(),
                 forward_properties_hold => check::check_half_properties::<F>(Properties::Forward),
                 backward_properties_hold => check::check_half_properties::<F>(Properties::Backward),

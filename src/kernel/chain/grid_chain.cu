@@ -373,7 +373,8 @@ __device__ __forceinline__ void chain_layer(
                 float s = 0.0f;
 #pragma unroll
                 for (int j = 0; j < WARPS; j++) s += red[j * ROWS * COLS + i];
-                if (BIAS) s += TO_F32(__ldg(b + c0 + v));
+                // Burn adds the bias to the product stored in ELEM (decision record 0027).
+                if (BIAS) s = TO_F32(FROM_F32(s)) + TO_F32(__ldg(b + c0 + v));
                 // Burn's relu: NaN compares false and passes through.
                 if (ACT == ACT_RELU) s = activate(s, ACT_RELU, 0.0f, 0.0f);
                 out[(size_t)(r0 + r) * out_row + c0 + v] = FROM_F32(s);

@@ -200,7 +200,9 @@ fn chain_layer<F: Float, N: Size>(
                         value += sums[((s * rows + r) * CHAIN_COLS + g) * n_vec + i];
                     }
                     if comptime![has_bias] {
-                        value += bias_vec[i];
+                        // Burn adds the bias to the product stored in `F` (decision record
+                        // 0027).
+                        value = f32::cast_from(F::cast_from(value)) + bias_vec[i];
                     }
                     value = activate(value, 0.0f32, 0.0f32, activation);
                     let col = col_vec * n_vec + i;

@@ -92,6 +92,12 @@ impl WgmmaSource {
             ),
             WgmmaElem::Tf32 => ("float", "float2", "make_float2", "", "tf32"),
         };
+        // An f32 rounded to ELEM and back: where Burn's ops store their results.
+        let round = match self.elem {
+            WgmmaElem::Bf16 => "__bfloat162float(__float2bfloat16_rn(v))",
+            WgmmaElem::F16 => "__half2float(__float2half_rn(v))",
+            WgmmaElem::Tf32 => "(v)",
+        };
         let tiling = self.tiling;
         // NVRTC has no cuda.h; a benchmark built with nvcc has it, and its CUtensorMap.
         let mut preamble = Preamble::new()
@@ -105,6 +111,7 @@ impl WgmmaSource {
             .define("ELEM2", elem2)
             .define("PACK2", pack)
             .define("TO_F32", to_f32)
+            .define("ROUND(v)", round)
             .define("ESIZE", self.elem.size())
             .define("BN", tiling.bn)
             .define("STAGES", tiling.stages)

@@ -43,7 +43,7 @@
 // (CB); each wgmma still reads 32 bytes of k per row (k8 instead of k16). PTX's tf32 wgmma
 // takes both operands K-major only: the host hands it K-major copies (decision record 0001).
 //
-// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, ESIZE (bytes per element),
+// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, ROUND (to ELEM, back in f32), ESIZE (bytes per element),
 // BN, STAGES, GROUP_M, A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a
 // multiple of CB dividing BN; BN without TMA_STORE), wgmma_step(d, desc_a, desc_b) and the PTX
 // helpers of wgmma_ptx.cuh; for ping-pong tilings also PINGPONG 1 and MH (64-row halves of a
@@ -159,7 +159,7 @@ __device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             st_pair(staged_addr(c_tile, row_local0 + h * 8, col_local - sub * SUB),
-                    PACK2(d[j * 4 + h * 2] + b0, d[j * 4 + h * 2 + 1] + b1));
+                    PACK2(ROUND(d[j * 4 + h * 2]) + b0, ROUND(d[j * 4 + h * 2 + 1]) + b1));
         }
     }
 }
@@ -236,8 +236,10 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
             for (int h = 0; h < 2; ++h) {
                 const u32 row = row0 + h * 8;
                 const bool inside = row < p.m && col < p.n;
-                float v0 = d[j * 4 + h * 2] + b0;
-                float v1 = d[j * 4 + h * 2 + 1] + b1;
+                // The product rounded to ELEM first, as Burn's matmul stores it (decision
+                // record 0027).
+                float v0 = ROUND(d[j * 4 + h * 2]) + b0;
+                float v1 = ROUND(d[j * 4 + h * 2 + 1]) + b1;
 #if TMA_STORE
                 // pre was staged and stored before this pass (stage_pre); the gate, if any,
                 // sits where this thread's output goes.
@@ -257,8 +259,8 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                 v1 = activate(v1, ACT, p.alpha, p.beta);
 #if DROPOUT
                 // Burn's dropout backward: `mul_scalar(grad, 1 / (1 - p))`, then `mul(.., mask)`.
-                v0 = v0 * p.alpha * mk[jj][h * 2];
-                v1 = v1 * p.alpha * mk[jj][h * 2 + 1];
+                v0 = ROUND(ROUND(v0 * p.alpha) * mk[jj][h * 2]);
+                v1 = ROUND(ROUND(v1 * p.alpha) * mk[jj][h * 2 + 1]);
 #endif
                 if (GATED) {
                     // An activation's backward at the forward's pre-activation (`GATE`), SiLU's

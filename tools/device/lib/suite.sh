@@ -61,8 +61,8 @@ lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTES
 half_f16-prop-chains|lib|--exact suite::half::f16::chain_properties_hold --include-ignored
 half_bf16-prop-chains|lib|--exact suite::half::bf16::chain_properties_hold --include-ignored
 hopper|hopper|--skip wgmma_linear_matches_f64_reference --skip engine_candidates_on_tiny_problems
-half_f16|lib|suite::half::f16::matches_burn suite::half::f16::mlp_chains_match_burn --include-ignored
-half_bf16|lib|suite::half::bf16::matches_burn suite::half::bf16::mlp_chains_match_burn --include-ignored
+half_f16|lib|suite::half::f16::matches_burn suite::half::f16::rounds_where_burn_rounds suite::half::f16::mlp_chains_match_burn --include-ignored
+half_bf16|lib|suite::half::bf16::matches_burn suite::half::bf16::rounds_where_burn_rounds suite::half::bf16::mlp_chains_match_burn --include-ignored
 half_bf16-models|lib|suite::half::bf16::encoder_trains suite::half::bf16::bert_trains --include-ignored
 half_bf16-models-guide|lib|suite::half::bf16::guide_trains --include-ignored
 half_bf16-models-silu|lib|suite::half::bf16::silu_mlp_trains suite::half::bf16::llama_trains --include-ignored
