@@ -11,6 +11,9 @@
 #   BURN=0.23.0-pre.1 tools/burn022/build.sh    another version (a copy of the probe)
 #   PROFILE=dev tools/burn022/build.sh          a debug build (faster here, 890 MB binary)
 #
+# The stripped binary goes to .device/burn022/burn-VERSION (`BINS`), for the device calls
+# (tools/device/run.sh burn022).
+#
 # Each step prints its seconds. The target dir is outside the clone (~/.cache/hypatia-burn022).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +25,7 @@ DATA=${XDG_DATA_HOME:-$HOME/.local/share} # `dirs::data_local_dir()` on Linux
 PREFIX=$DATA/tracel/$BUNDLE
 WHEELS=${WHEELS:-$HOME/.cache/hypatia-burn022/wheels}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hypatia-burn022/target}
+BINS=${BINS:-$(cd "$HERE/../.." && pwd)/.device/burn022} # git-ignored
 
 step() {
   local name=$1 start=$SECONDS
@@ -80,6 +84,10 @@ build() {
   local bin=$CARGO_TARGET_DIR/$([ "$PROFILE" = release ] && echo release || echo debug)/burn022-probe
   "$bin" --dry && echo "burn $BURN"
   ls -la "$bin"
+  # For the device (tools/device/run.sh burn022): stripped, one binary a version.
+  mkdir -p "$BINS"
+  strip -o "$BINS/burn-$BURN" "$bin"
+  ls -la "$BINS/burn-$BURN"
 }
 
 step system-libs system_libs

@@ -22,6 +22,7 @@
 #   run.sh chain-bench          the grid chain kernel alone (nvcc)
 #   run.sh timeline CMD...      CMD under a CUPTI trace; py/timeline.py reads it
 #   run.sh cache restore|save|env   CubeCL's and the driver's caches between calls
+#   run.sh burn022              Burn 0.22/0.23's own Cuda beside Hypatia on 0.21 (lib/burn022.sh)
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -71,5 +72,6 @@ case "$cmd" in
   chain-bench) exec bash "$HERE/lib/chain_bench.sh" ;;
   timeline) exec bash "$HERE/lib/timeline.sh" "$@" ;;
   cache) exec bash "$HERE/lib/cache.sh" "$@" ;;
-  *) sed -n '2,27p' "$0"; exit 2 ;;
+  burn022) exec bash "$HERE/lib/burn022.sh" ;;
+  *) sed -n '2,28p' "$0"; exit 2 ;;
 esac
