@@ -43,9 +43,10 @@
 // (CB); each wgmma still reads 32 bytes of k per row (k8 instead of k16). PTX's tf32 wgmma
 // takes both operands K-major only: the host hands it K-major copies (decision record 0001).
 //
-// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, ROUND (to ELEM, back in f32), ESIZE (bytes per element),
-// BN, STAGES, GROUP_M, A_M_MAJOR, B_K_MAJOR, TMA_STORE, SUB (columns per staged store, a
-// multiple of CB dividing BN; BN without TMA_STORE), wgmma_step(d, desc_a, desc_b) and the PTX
+// Defined by the host before this text: ELEM, ELEM2, PACK2, TO_F32, ROUND(v) (v rounded to
+// ELEM, back in f32), ESIZE (bytes per element), BN, STAGES, GROUP_M, A_M_MAJOR, B_K_MAJOR,
+// TMA_STORE, SUB (columns per staged store, a multiple of CB dividing BN; BN without
+// TMA_STORE), wgmma_step(d, desc_a, desc_b) and the PTX
 // helpers of wgmma_ptx.cuh; for ping-pong tilings also PINGPONG 1 and MH (64-row halves of a
 // consumer's tile). `WgmmaSource` writes all of it (`cargo run --example cuda_source`).
 
