@@ -85,7 +85,7 @@ fn pitched_at<F: Float>(tensor: &Tensor<F>, offset: usize, col: usize) -> usize 
 
 /// `value` rounded to the storage type `F`, back in f32.
 #[cube]
-fn round<F: Float>(value: f32) -> f32 {
+pub(crate) fn round<F: Float>(value: f32) -> f32 {
     f32::cast_from(F::cast_from(value))
 }
 

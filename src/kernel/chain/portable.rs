@@ -1,5 +1,6 @@
 //! The portable MLP-chain kernel (CubeCL): one cube per block of rows runs every layer.
 
+use crate::kernel::cube_epilogue::round;
 use crate::kernel::{Activation, CHAIN_COLS, CHAIN_UNROLL, MAX_CHAIN_LAYERS, activate};
 use cubecl::prelude::*;
 
@@ -202,7 +203,7 @@ fn chain_layer<F: Float, N: Size>(
                     if comptime![has_bias] {
                         // Burn adds the bias to the product stored in `F` (decision record
                         // 0027).
-                        value = f32::cast_from(F::cast_from(value)) + bias_vec[i];
+                        value = round::<F>(value) + bias_vec[i];
                     }
                     value = activate(value, 0.0f32, 0.0f32, activation);
                     let col = col_vec * n_vec + i;
