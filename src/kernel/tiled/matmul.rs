@@ -18,6 +18,7 @@
 //!        +----+----+ .. +----+        shared memory as f32.
 //! ```
 
+use super::{KernelDType, StageTile, stage_tile};
 use crate::kernel::{EpilogueFlags, TILE_M, TILE_N, store_epilogue};
 use cubecl::prelude::*;
 
@@ -53,7 +54,7 @@ pub fn fused_linear_kernel<F: Float>(
     alpha: f32,
     beta: f32,
     #[comptime] flags: EpilogueFlags,
-    #[define(F)] _dtype: StorageType,
+    #[define(F)] _dtype: KernelDType,
 ) {
     let rank = out.rank();
     let m = out.shape(rank - 2);
@@ -83,8 +84,8 @@ pub fn fused_linear_kernel<F: Float>(
     let row_base = CUBE_POS_Y as usize * TILE_M;
     let col_base = CUBE_POS_X as usize * TILE_N;
 
-    let mut tile_lhs = SharedMemory::<f32>::new(TILE_M * TILE_K);
-    let mut tile_rhs = SharedMemory::<f32>::new(TILE_K * TILE_N);
+    let mut tile_lhs = stage_tile(TILE_M * TILE_K);
+    let mut tile_rhs = stage_tile(TILE_K * TILE_N);
     let mut acc = Array::<f32>::new(UNIT_M * UNIT_N);
     #[unroll]
     for i in 0..UNIT_M * UNIT_N {
@@ -103,7 +104,7 @@ pub fn fused_linear_kernel<F: Float>(
 
             stage::<F>(
                 lhs,
-                lhs_view,
+                &lhs_view,
                 row_base,
                 k_base,
                 &mut tile_lhs,
@@ -112,7 +113,7 @@ pub fn fused_linear_kernel<F: Float>(
             );
             stage::<F>(
                 rhs,
-                rhs_view,
+                &rhs_view,
                 k_base,
                 col_base,
                 &mut tile_rhs,
@@ -214,10 +215,10 @@ impl View {
 #[cube]
 fn stage<F: Float>(
     src: &Tensor<F>,
-    view: View,
+    view: &View,
     row0: usize,
     col0: usize,
-    tile: &mut SharedMemory<f32>,
+    tile: &mut StageTile,
     index: usize,
     #[comptime] cols: usize,
 ) {

@@ -3,10 +3,13 @@
 
 #[allow(missing_docs)] // #[cube] generates an undocumented expand module.
 mod bias_activation;
+#[allow(missing_docs)]
+mod cubecl_line;
 mod launch;
 #[allow(missing_docs)]
 mod matmul;
 
 pub use bias_activation::bias_activation_kernel;
+pub use cubecl_line::*;
 pub use launch::*;
 pub use matmul::*;
