@@ -1,5 +1,10 @@
-//! One MLP training step (Linear-ReLU-Linear-ReLU-Linear, MSE loss, forward + backward):
-//! `Autodiff<Hypatia<B>>` vs `Autodiff<B>` (Burn's fusion on), side by side in one process per
+//! One training step (forward, MSE loss, backward) of a model, `--model`:
+//! - `mlp` (default): Linear-ReLU-Linear-ReLU-Linear, `--mlps` as `batch:d_in:hidden:d_out`;
+//! - `ffn-gelu`: a BERT-style feed-forward block, Linear → GELU → Linear with biases;
+//! - `swiglu`: a Llama-style one, `W2 · (silu(x · W1) ⊙ (x · W3))`, Linears without bias;
+//!
+//! the two FFNs with `--mlps` as `tokens:d_model:d_ff` (defaults: BERT-base's 16384:768:3072,
+//! Llama-7B's 8192:4096:11008). `Autodiff<Hypatia<B>>` vs `Autodiff<B>` (Burn's fusion on), side by side in one process per
 //! dtype. Medians of `--runs` timed batches of `--steps` steps, every gradient kept alive until
 //! `sync`, after a warm-up that lets autotune settle; the two backends' batches alternate, so
 //! the machine's drift (clocks, other load) hits both alike. Memory, over one step each: the
@@ -13,6 +18,7 @@
 //!
 //! ```text
 //! cargo run --release --features cuda --example bench_train -- --dtypes f32,bf16 --json out.json
+//! cargo run --release --features cuda --example bench_train -- --model swiglu --dtypes bf16
 //! ```
 
 use burn::backend::Autodiff;
@@ -38,9 +44,13 @@ struct Args {
     /// Element types, comma separated: f32, f16, bf16.
     #[arg(long, default_value = "f32,bf16")]
     dtypes: String,
-    /// MLPs as batch:d_in:hidden:d_out, comma separated.
-    #[arg(long, default_value = "1024:784:2048:10,8192:1024:4096:1024")]
-    mlps: String,
+    /// The model: mlp, ffn-gelu or swiglu.
+    #[arg(long, default_value = "mlp")]
+    model: Model,
+    /// Shapes, comma separated: batch:d_in:hidden:d_out for the MLP, tokens:d_model:d_ff for
+    /// the FFNs (default: the model's own).
+    #[arg(long)]
+    mlps: Option<String>,
     /// Steps per timed batch.
     #[arg(long, default_value_t = 10)]
     steps: usize,
@@ -78,7 +88,113 @@ fn policies<P: std::str::FromStr<Err = String>>(list: Option<&str>, flag: &str) 
     list.split(',').map(|name| Some(policy(name))).collect()
 }
 
-/// One backend's training step on one MLP, ready to time.
+/// The models `--model` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Model {
+    /// Linear-ReLU-Linear-ReLU-Linear.
+    Mlp,
+    /// Linear → GELU → Linear, with biases (BERT's feed-forward block).
+    FfnGelu,
+    /// `W2 · (silu(x · W1) ⊙ (x · W3))`, without biases (Llama's feed-forward block).
+    Swiglu,
+}
+
+impl Model {
+    /// The default shapes: the seeds' two MLPs, BERT-base's and Llama-7B's FFNs.
+    fn default_shapes(self) -> &'static str {
+        match self {
+            Model::Mlp => "1024:784:2048:10,8192:1024:4096:1024",
+            Model::FfnGelu => "16384:768:3072",
+            Model::Swiglu => "8192:4096:11008",
+        }
+    }
+
+    /// (rows, d_in, d_out) of the step's input and target.
+    fn io(self, spec: &[usize]) -> (usize, usize, usize) {
+        match self {
+            Model::Mlp => (spec[0], spec[1], spec[3]),
+            Model::FfnGelu | Model::Swiglu => (spec[0], spec[1], spec[1]),
+        }
+    }
+
+    /// FLOPs of one step: the forward's matmuls, and twice them backward.
+    fn flops(self, spec: &[usize]) -> f64 {
+        let products = match self {
+            Model::Mlp => spec[0] * (spec[1] * spec[2] + spec[2] * spec[2] + spec[2] * spec[3]),
+            Model::FfnGelu => spec[0] * 2 * spec[1] * spec[2],
+            Model::Swiglu => spec[0] * 3 * spec[1] * spec[2],
+        };
+        6.0 * products as f64
+    }
+
+    /// What Hypatia fuses in a step: forward Linear + activation, the activation's gradient,
+    /// plain matmuls.
+    fn patterns(self) -> [FusedPattern; 3] {
+        match self {
+            Model::Mlp => [
+                FusedPattern::LinearRelu,
+                FusedPattern::MatmulReluGrad,
+                FusedPattern::Matmul,
+            ],
+            Model::FfnGelu => [
+                FusedPattern::LinearGelu,
+                FusedPattern::MatmulGeluGrad,
+                FusedPattern::Matmul,
+            ],
+            Model::Swiglu => [
+                FusedPattern::LinearSilu,
+                FusedPattern::MatmulSiluGrad,
+                FusedPattern::Matmul,
+            ],
+        }
+    }
+}
+
+/// A model of `--model`, written as Burn users write it.
+#[allow(clippy::large_enum_variant)] // one per backend, built once
+enum Net<B: burn::prelude::Backend> {
+    Mlp(Mlp<B>),
+    FfnGelu {
+        up: nn::Linear<B>,
+        down: nn::Linear<B>,
+    },
+    Swiglu {
+        gate: nn::Linear<B>,
+        up: nn::Linear<B>,
+        down: nn::Linear<B>,
+    },
+}
+
+impl<B: burn::prelude::Backend> Net<B> {
+    fn new(model: Model, spec: &[usize], device: &B::Device) -> Self {
+        let linear = |i, o, bias| nn::LinearConfig::new(i, o).with_bias(bias).init(device);
+        match model {
+            Model::Mlp => Net::Mlp(Mlp::new(&[spec[1], spec[2], spec[2], spec[3]], device)),
+            Model::FfnGelu => Net::FfnGelu {
+                up: linear(spec[1], spec[2], true),
+                down: linear(spec[2], spec[1], true),
+            },
+            Model::Swiglu => Net::Swiglu {
+                gate: linear(spec[1], spec[2], false),
+                up: linear(spec[1], spec[2], false),
+                down: linear(spec[2], spec[1], false),
+            },
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        use burn::tensor::activation::{gelu, silu};
+        match self {
+            Net::Mlp(mlp) => mlp.forward(x),
+            Net::FfnGelu { up, down } => down.forward(gelu(up.forward(x))),
+            Net::Swiglu { gate, up, down } => {
+                down.forward(silu(gate.forward(x.clone())) * up.forward(x))
+            }
+        }
+    }
+}
+
+/// One backend's training step on one model, ready to time.
 struct Bench {
     /// Runs `--steps` steps, syncs once: (ms per step, ms per step before the sync).
     batch: Box<dyn FnMut() -> (f64, f64)>,
@@ -90,13 +206,13 @@ struct Bench {
 }
 
 /// Builds `Autodiff<B>`'s model and data for `spec` and returns its [`Bench`].
-fn bench<B: AutodiffBackend>(spec: [usize; 4], steps: usize) -> Bench
+fn bench<B: AutodiffBackend>(model: Model, spec: &[usize], steps: usize) -> Bench
 where
     B::Device: Into<<Runtime as cubecl::Runtime>::Device> + Clone,
 {
-    let [batch, d_in, hidden, d_out] = spec;
+    let (batch, d_in, d_out) = model.io(spec);
     let device = B::Device::default();
-    let model = Mlp::<B>::new(&[d_in, hidden, hidden, d_out], &device);
+    let model = std::rc::Rc::new(Net::<B>::new(model, spec, &device));
     let normal = burn::tensor::Distribution::Normal(0.0, 1.0);
     let x = Tensor::<B, 2>::random([batch, d_in], normal, &device);
     let dtype = B::FloatElem::dtype();
@@ -162,6 +278,9 @@ where
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Row {
+    /// The model (`--model`); "mlp" in rows written before it existed.
+    #[serde(default = "mlp")]
+    model: String,
     mlp: String,
     dtype: String,
     /// The race policy in force (`--races`), or "env" where `HYPATIA_RACE` decided.
@@ -186,25 +305,32 @@ struct Row {
 fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
     let device = burn::tensor::Device::<PlainOf<F>>::default();
     let dtype = format!("{:?}", F::dtype()).to_lowercase();
-    for mlp in args.mlps.split(',') {
+    let shapes = args.mlps.as_deref().unwrap_or(args.model.default_shapes());
+    for mlp in shapes.split(',') {
         let spec: Vec<usize> = mlp
             .split(':')
-            .map(|d| d.parse().expect("batch:d_in:hidden:d_out"))
+            .map(|d| {
+                d.parse()
+                    .expect("batch:d_in:hidden:d_out or tokens:d_model:d_ff")
+            })
             .collect();
-        let spec = [spec[0], spec[1], spec[2], spec[3]];
-        let patterns = [
-            FusedPattern::LinearRelu,
-            FusedPattern::MatmulReluGrad,
-            FusedPattern::Matmul,
-        ];
+        let arity = if args.model == Model::Mlp { 4 } else { 3 };
+        assert_eq!(
+            spec.len(),
+            arity,
+            "{mlp}: {arity} sizes for {:?}",
+            args.model
+        );
+        let patterns = args.model.patterns();
         // Per pattern: Hypatia's kernel runs, and the runs of Burn's fused matmul the race chose.
         let count = || {
             let stats = hypatia::stats(&device);
             let burn_side = |p: FusedPattern| stats.patterns.get(p).map_or(0, |p| p.burn_fused);
             patterns.map(|p| (stats.executed(p), burn_side(p)))
         };
-        let mut hypatia = bench::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(spec, args.steps);
-        let mut burn = bench::<Autodiff<PlainOf<F>>>(spec, args.steps);
+        let model = args.model;
+        let mut hypatia = bench::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(model, &spec, args.steps);
+        let mut burn = bench::<Autodiff<PlainOf<F>>>(model, &spec, args.steps);
         let races = policies::<RacePolicy>(args.races.as_deref(), "--races");
         let flushes = policies::<FlushPolicy>(args.flushes.as_deref(), "--flushes");
         let combos = races
@@ -307,8 +433,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             eprintln!("bench_train: memory step: burn");
             let (burn_mib, burn_peak_mib) = (burn.memory)();
             eprintln!("bench_train: memory step: end");
-            let flops = 6.0
-                * (spec[0] * (spec[1] * spec[2] + spec[2] * spec[2] + spec[2] * spec[3])) as f64;
+            let flops = model.flops(&spec);
             let tflops = |ms: f64| flops / (ms * 1e-3) / 1e12;
             println!(
                 "{label:<22} {dtype:>5} {hypatia_ms:>9.4} {burn_ms:>9.4} {:>7.2}x {:>7.1} {:>7.1} {hypatia_mib:>9.1} {burn_mib:>9.1} {hypatia_peak_mib:>9.1} {burn_peak_mib:>9.1}  {:.1}/{:.1}/{:.1}",
@@ -320,6 +445,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                 fused_per_step[2],
             );
             rows.push(Row {
+                model: format!("{model:?}").to_lowercase(),
                 mlp: mlp.to_string(),
                 dtype: dtype.clone(),
                 race,
@@ -336,6 +462,10 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
     }
 }
 
+fn mlp() -> String {
+    "mlp".to_string()
+}
+
 impl PerDtype<Row> for Args {
     fn run<F: burn_cubecl::FloatElement>(&self, rows: &mut Vec<Row>) {
         run::<F>(self, rows)
@@ -347,7 +477,11 @@ fn main() {
     // RUST_LOG=hypatia=debug shows what each window planned or why it was declined.
     env_logger::init();
     let args = Args::parse();
-    let columns = "batch:d_in:hidden:d_out:<22|dtype:5|hypatia:9|burn:9|vs burn:8|TF/s hy:7|TF/s bu:7|MiB hy:9|MiB bu:9|peak hy:9|peak bu:9|fused/step (linear-relu/relu-grad/matmul)";
+    let columns = if args.model == Model::Mlp {
+        "batch:d_in:hidden:d_out:<22|dtype:5|hypatia:9|burn:9|vs burn:8|TF/s hy:7|TF/s bu:7|MiB hy:9|MiB bu:9|peak hy:9|peak bu:9|fused/step (linear-relu/relu-grad/matmul)"
+    } else {
+        "tokens:d_model:d_ff:<22|dtype:5|hypatia:9|burn:9|vs burn:8|TF/s hy:7|TF/s bu:7|MiB hy:9|MiB bu:9|peak hy:9|peak bu:9|fused/step (linear-act/act-grad/matmul)"
+    };
     let json = args.json.as_deref();
     run_table(&args, &args.dtypes, args.no_header, columns, json);
 }

@@ -6,6 +6,9 @@
 #   linear-DTYPE   bench_linear (SHAPES) and torch_ref.py linear (f32 with --tf32, as Burn's
 #                  f32 matmul runs)
 #   train-DTYPE    bench_train (MLPS) and torch_ref.py train (f32 with --tf32)
+#   ffn-DTYPE      bench_train --model ffn-gelu (FFNS, tokens:d_model:d_ff; BERT-base's) and
+#                  torch_ffn.py (eager and torch.compile; f32 with --tf32)
+#   swiglu-DTYPE   the same for --model swiglu (Llama-7B's), and torch_ffn.py's SwiGLU forward
 #   infer-DTYPE    bench_infer (Hypatia, Burn, CubeBackend) and torch_infer.py (PyTorch eager)
 #   gelu-DTYPE     bench_linear with the GELU epilogues (erf, tanh) and ReLU (SHAPES, default
 #                  2048³ and 8192×4096×4096), and torch_epilogues.py (cuBLASLt's GELU_BIAS)
@@ -41,6 +44,10 @@ for step in ${STEPS:-linear-f32}; do
     train)
       bench=(./bench_train --dtypes "$dtype" ${MLPS:+--mlps "$MLPS"} --json "$OUT/$tag.json")
       torch=(python3 torch_ref.py train --dtypes "$dtype" $tf32 ${MLPS:+--mlps "$MLPS"}) ;;
+    ffn | swiglu)
+      model=$([ "$kind" = ffn ] && echo ffn-gelu || echo swiglu)
+      bench=(./bench_train --model "$model" --dtypes "$dtype" ${FFNS:+--mlps "$FFNS"} --json "$OUT/$tag.json")
+      torch=(python3 torch_ffn.py --model "$model" --dtypes "$dtype" $tf32 ${FFNS:+--shapes "$FFNS"}) ;;
     infer)
       bench=(./bench_infer --dtypes "$dtype" --json "$OUT/$tag.json")
       torch=(python3 torch_infer.py --dtypes "$dtype") ;;
