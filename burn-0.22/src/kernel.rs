@@ -1,6 +1,7 @@
 //! The kernels, from the 0.21 crate's own sources: its epilogue (as data and as CubeCL device
-//! code) and its tiled matmul compile here unchanged (`#[path]`), against CubeCL 0.11. Only
-//! the launch is this line's own ([`launch_linear`]).
+//! code) and its tiled matmul compile here from the same files (`#[path]`), against CubeCL
+//! 0.11, with the two names below that the lines spell apart. Only the launch is this line's
+//! own ([`launch_linear`]).
 
 #[allow(dead_code, unused_imports)]
 #[path = "../../src/kernel/data/epilogue.rs"]
@@ -15,18 +16,24 @@ mod cube_epilogue;
 mod matmul;
 
 // The names the shared `matmul.rs` takes from its parent, as CubeCL 0.11 spells them (the
-// 0.21 crate's `kernel::tiled` spells them for CubeCL 0.10).
-use cubecl::prelude::*;
-/// A staged K-slice in shared memory, as f32.
-pub type StageTile = Shared<[f32]>;
-/// The launch argument a `#[define(F)]` kernel takes for `F`.
-pub type KernelDType = ElemType;
+// 0.21 crate's `kernel::tiled::cubecl_line` spells them for CubeCL 0.10).
+#[allow(missing_docs)] // #[cube] generates an undocumented expand module.
+mod cubecl_line {
+    use cubecl::prelude::*;
 
-/// A [`StageTile`] of `len` values.
-#[cube]
-pub fn stage_tile(#[comptime] len: usize) -> StageTile {
-    Shared::<[f32]>::new_slice(len)
+    /// A staged K-slice in shared memory, as f32.
+    pub type StageTile = Shared<[f32]>;
+    /// The launch argument a `#[define(F)]` kernel takes for `F`.
+    pub type KernelDType = ElemType;
+
+    /// A [`StageTile`] of `len` values.
+    #[cube]
+    pub fn stage_tile(#[comptime] len: usize) -> StageTile {
+        Shared::<[f32]>::new_slice(len)
+    }
 }
+use cubecl::prelude::*;
+pub use cubecl_line::*;
 
 use cube_epilogue::store_epilogue;
 pub use epilogue::{Activation, Epilogue, EpilogueFlags, Gate, SQRT_2, SQRT_2_OVER_PI};

@@ -19,6 +19,8 @@
 //! pattern: the e-graph stages come over with the port), [`operation`] runs a match, and
 //! [`kernel`] holds the 0.21 crate's epilogue and tiled kernel, compiled from its sources.
 
+#![warn(missing_docs)]
+
 #[allow(dead_code)]
 #[path = "../../src/config/fused_pattern.rs"]
 mod fused_pattern;

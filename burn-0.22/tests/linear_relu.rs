@@ -88,18 +88,20 @@ fn assert_close(ours: &[f32], burn: &[f32], reference: &[f64], k: usize) {
     }
 }
 
+/// `relu(x.matmul(w) + b.unsqueeze())` on plain tensors of these values, `[m, k] · [k, n]`.
+fn plain(device: &Device, x: &[f32], w: &[f32], b: &[f32], [m, k, n]: [usize; 3]) -> Vec<f32> {
+    let x = Tensor::<2>::from_data(TensorData::new(x.to_vec(), [m, k]), device);
+    let w = Tensor::<2>::from_data(TensorData::new(w.to_vec(), [k, n]), device);
+    let b = Tensor::<1>::from_data(TensorData::new(b.to_vec(), [n]), device);
+    read(relu(x.matmul(w) + b.unsqueeze()))
+}
+
 #[test]
 fn plain_tensors_at_odd_shapes() {
     let (device, _lock) = device();
     for (m, k, n) in [(1, 1, 1), (17, 33, 65), (65, 5, 17), (130, 70, 3)] {
         let (xv, wv, bv) = (values(m * k, 1), values(k * n, 2), values(n, 3));
-        let run = || {
-            let x = Tensor::<2>::from_data(TensorData::new(xv.clone(), [m, k]), &device);
-            let w = Tensor::<2>::from_data(TensorData::new(wv.clone(), [k, n]), &device);
-            let b = Tensor::<1>::from_data(TensorData::new(bv.clone(), [n]), &device);
-            read(relu(x.matmul(w) + b.unsqueeze()))
-        };
-        let (ours, burn) = both(run);
+        let (ours, burn) = both(|| plain(&device, &xv, &wv, &bv, [m, k, n]));
         assert_close(&ours, &burn, &reference(&xv, &wv, Some(&bv), m, k, n), k);
     }
 }
@@ -165,13 +167,7 @@ fn nan_stays_nan_as_in_burn() {
     xv[4] = f32::NAN; // row 1
     xv[9] = f32::INFINITY; // row 3
     let (wv, bv) = (values(k * n, 11), values(n, 12));
-    let run = || {
-        let x = Tensor::<2>::from_data(TensorData::new(xv.clone(), [m, k]), &device);
-        let w = Tensor::<2>::from_data(TensorData::new(wv.clone(), [k, n]), &device);
-        let b = Tensor::<1>::from_data(TensorData::new(bv.clone(), [n]), &device);
-        read(relu(x.matmul(w) + b.unsqueeze()))
-    };
-    let (ours, burn) = both(run);
+    let (ours, burn) = both(|| plain(&device, &xv, &wv, &bv, [m, k, n]));
     for (i, (o, b)) in ours.iter().zip(&burn).enumerate() {
         assert!(
             o.to_bits() == b.to_bits() || o == b,

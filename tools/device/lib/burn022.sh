@@ -5,8 +5,10 @@
 # beside PyTorch (lib/bench.sh), for each of DTYPES; last, one table.
 #
 # Here: tools/burn022/build.sh (and BURN=0.23.0-pre.1 tools/burn022/build.sh), then
-#   tar cJf .device/burn022.tar.xz -C .device burn022      (not a .tgz: the cache's build id
-#                                                           names the 0.21 binaries only)
+#   XZ_OPT="--lzma2=preset=9e,dict=1536MiB" tar cJf .device/burn022.tar.xz -C .device burn022
+#       (xz with a dictionary wider than one binary: the two lines' binaries share LLVM and
+#       pack together into 43 MB, where each alone takes 32; not a .tgz: the cache's build id
+#       names the 0.21 binaries only)
 #   tools/device/run.sh pack
 # There: tools/device/run.sh burn022     (carry .device; SHAPES, MLP, DTYPES, STEP_TIMEOUT)
 set -u
