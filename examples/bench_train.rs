@@ -76,6 +76,43 @@ struct Args {
     /// `hypatia::config::FlushPolicy`). Without it, `HYPATIA_FLUSH` decides.
     #[arg(long)]
     flushes: Option<String>,
+    /// Time to the first step instead (issue 67): this one backend alone in the process (the
+    /// first shape, the first dtype), its first three steps each settled and synced, the first
+    /// from the process's start. Run it in fresh processes, with and without CubeCL's and the
+    /// driver's caches (`tools/device/run.sh bench cold-DTYPE`).
+    #[arg(long)]
+    cold: Option<Side>,
+}
+
+/// The backend `--cold` times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Side {
+    /// `Autodiff<Hypatia<B>>`.
+    Hypatia,
+    /// `Autodiff<B>`.
+    Burn,
+}
+
+/// When `main` began: `--cold` counts from it.
+static START: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+/// `--cold`: `side`'s first steps on `spec`, alone in this process.
+fn cold<F: burn_cubecl::FloatElement>(model: Model, spec: &[usize], label: &str, side: Side) {
+    let dtype = format!("{:?}", F::dtype()).to_lowercase();
+    let mut bench = match side {
+        Side::Hypatia => bench::<Autodiff<hypatia::Hypatia<PlainOf<F>>>>(model, spec, 1),
+        Side::Burn => bench::<Autodiff<PlainOf<F>>>(model, spec, 1),
+    };
+    let built = START.elapsed().as_secs_f64();
+    let (first, _) = (bench.single)();
+    let at = START.elapsed().as_secs_f64();
+    let (second, _) = (bench.single)();
+    let (third, _) = (bench.single)();
+    println!(
+        "cold {side:?} {label} {dtype}: first step done {at:.2} s after start (device, model and \
+         data {built:.2} s; the step {:.2} s), then {second:.3} ms, {third:.3} ms",
+        first / 1e3
+    );
 }
 
 /// A comma-separated list of `flag`'s policies; `[None]` without the flag (the environment
@@ -321,6 +358,9 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             "{mlp}: {arity} sizes for {:?}",
             args.model
         );
+        if let Some(side) = args.cold {
+            return cold::<F>(args.model, &spec, mlp, side);
+        }
         let patterns = args.model.patterns();
         // Per pattern: Hypatia's kernel runs, and the runs of Burn's fused matmul the race chose.
         let count = || {
@@ -473,6 +513,7 @@ impl PerDtype<Row> for Args {
 }
 
 fn main() {
+    std::sync::LazyLock::force(&START);
     device::require_device();
     // RUST_LOG=hypatia=debug shows what each window planned or why it was declined.
     env_logger::init();
@@ -483,5 +524,7 @@ fn main() {
         "tokens:d_model:d_ff:<22|dtype:5|hypatia:9|burn:9|vs burn:8|TF/s hy:7|TF/s bu:7|MiB hy:9|MiB bu:9|peak hy:9|peak bu:9|fused/step (linear-act/act-grad/matmul)"
     };
     let json = args.json.as_deref();
-    run_table(&args, &args.dtypes, args.no_header, columns, json);
+    // `--cold` prints one line a backend, no table.
+    let no_header = args.no_header || args.cold.is_some();
+    run_table(&args, &args.dtypes, no_header, columns, json);
 }

@@ -14,7 +14,7 @@
 #
 # There (the GPU machine, from the repository root; carry .device):
 #   run.sh bench STEP...        benchmarks beside PyTorch (lib/bench.sh: linear-, train-, ffn-,
-#                               swiglu-, infer-, gelu-DTYPE, precision; STEP@VAR=VALUE)
+#                               swiglu-, cold-, infer-, gelu-DTYPE, precision; STEP@VAR=VALUE)
 #   run.sh suite CHUNK...       the CUDA test suite's chunks (all if none)
 #   run.sh gate N               device call N of the CUDA gate
 #   run.sh learner              burn-train's Learner runs (RUNS, lib/learner.sh)

@@ -9,6 +9,9 @@
 #   ffn-DTYPE      bench_train --model ffn-gelu (FFNS, tokens:d_model:d_ff; BERT-base's) and
 #                  torch_ffn.py (eager and torch.compile; f32 with --tf32)
 #   swiglu-DTYPE   the same for --model swiglu (Llama-7B's), and torch_ffn.py's SwiGLU forward
+#   cold-DTYPE     time to the first training step (bench_train --cold, MLPS' first, default the
+#                  large MLP): Hypatia, then Burn, each in a fresh process from empty CubeCL and
+#                  driver caches of its own, then in a second process with them warm
 #   infer-DTYPE    bench_infer (Hypatia, Burn, CubeBackend) and torch_infer.py (PyTorch eager)
 #   gelu-DTYPE     bench_linear with the GELU epilogues (erf, tanh) and ReLU (SHAPES, default
 #                  2048³ and 8192×4096×4096), and torch_epilogues.py (cuBLASLt's GELU_BIAS)
@@ -48,6 +51,19 @@ for step in ${STEPS:-linear-f32}; do
       model=$([ "$kind" = ffn ] && echo ffn-gelu || echo swiglu)
       bench=(./bench_train --model "$model" --dtypes "$dtype" ${FFNS:+--mlps "$FFNS"} --json "$OUT/$tag.json")
       torch=(python3 torch_ffn.py --model "$model" --dtypes "$dtype" $tf32 ${FFNS:+--shapes "$FFNS"}) ;;
+    cold)
+      # A folder of its own with a Cargo.toml: CubeCL's `target` caches go under it.
+      cold=$(mktemp -d) && touch "$cold/Cargo.toml" && cp cubecl.toml "$cold/"
+      for side in hypatia burn; do
+        rm -rf "$cold/target"
+        for round in cold warm; do
+          echo "-- $side, $round caches" >>"$OUT/$tag.txt"
+          # shellcheck disable=SC2086
+          (cd "$cold" && env CUDA_CACHE_PATH="$cold/target/nv" $extra timeout "${STEP_TIMEOUT:-300}" \
+            "$ROOT/.device/bench_train" --cold $side --dtypes "$dtype" --mlps "${MLPS:-8192:1024:4096:1024}") \
+            >>"$OUT/$tag.txt" 2>>"$OUT/$tag.err" || echo "$step $side $round: stopped (rc $?)" >>"$OUT/$tag.txt"
+        done
+      done ;;
     infer)
       bench=(./bench_infer --dtypes "$dtype" --json "$OUT/$tag.json")
       torch=(python3 torch_infer.py --dtypes "$dtype") ;;
