@@ -75,20 +75,24 @@ fn broadcast_arg(operand: &Operand, rank: usize) -> TensorArg {
     handle.into_tensor_arg(Shape::from(shape))
 }
 
+/// Row-major strides of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Strides {
+    let strides: Vec<usize> = (0..shape.len())
+        .map(|i| shape[i + 1..].iter().product())
+        .collect();
+    Strides::new(&strides)
+}
+
 /// A contiguous buffer of `shape` and `dtype` on `like`'s device.
 fn alloc(like: &CubeFusionHandle, shape: &[usize], dtype: DType) -> CubeFusionHandle {
     let len: usize = shape.iter().product();
     let handle = like.client.empty(len.max(1) * dtype.size());
-    let mut strides = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1];
-    }
     CubeFusionHandle {
         client: like.client.clone(),
         handle,
         device: like.device.clone(),
         dtype,
-        strides: Strides::new(&strides),
+        strides: contiguous_strides(shape),
         tiles: None,
         qparams: None,
     }
@@ -108,6 +112,7 @@ pub fn launch_linear(
     let (m, n) = (out_shape[rank - 2], out_shape[rank - 1]);
     let batch: usize = out_shape[..rank - 2].iter().product();
     let out = alloc(&x.handle, out_shape, dtype);
+    // Absent tensors get one-element dummies of their own: wgpu rejects one buffer bound twice.
     let dummy = || alloc(&x.handle, &[1], dtype).into_tensor_arg(Shape::from(vec![1]));
     let bias_arg = match bias {
         Some(b) => {

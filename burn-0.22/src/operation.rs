@@ -1,7 +1,7 @@
 //! The fused operation: what a matched segment runs, Hypatia's kernel or, where the real
 //! shapes and layouts do not fit it, Burn's own ops one by one (`fallback`).
 
-use crate::kernel::{Epilogue, Operand, launch_linear};
+use crate::kernel::{Epilogue, Operand, contiguous_strides, launch_linear};
 use burn_cubecl_fusion::optim::FusedOperation;
 use burn_cubecl_fusion::{CubeFusionHandle, FallbackOperation};
 use burn_fusion::stream::{Context, ScalarId};
@@ -49,15 +49,10 @@ pub struct LinearStep {
     pub zeros: Vec<u64>,
 }
 
-/// A matched `relu(x · w + b)` segment.
+/// A matched `relu(x · w + b)` segment; serialised as it is (Burn restores optimizations from
+/// their state).
+#[derive(Clone, Serialize, Deserialize)]
 pub struct LinearRelu {
-    step: LinearStep,
-    len: usize,
-}
-
-/// The serialised form: Burn restores optimizations from it.
-#[derive(Serialize, Deserialize)]
-pub struct LinearReluState {
     step: LinearStep,
     len: usize,
 }
@@ -71,7 +66,10 @@ impl LinearRelu {
     /// The kernel's operands in this execution, or `None` where the real shapes or layouts do
     /// not fit it (a reshape that is not a view of its source's buffer, a bias that is not a
     /// row of the output).
-    fn operands(&self, context: &mut Context<CubeFusionHandle>) -> Option<[Option<Operand>; 3]> {
+    fn operands(
+        &self,
+        context: &mut Context<CubeFusionHandle>,
+    ) -> Option<(Operand, Operand, Option<Operand>)> {
         let zero = |id: &u64| match context.scalars.get(&ScalarId { value: *id }) {
             Some(ScalarIr::Float(v)) => *v == 0.0,
             Some(ScalarIr::Int(v)) => *v == 0,
@@ -93,26 +91,13 @@ impl LinearRelu {
         }
         let x = view(context, &x, x_view.flatten())?;
         let w = view(context, &w, w_view.flatten())?;
-        let bias = match bias {
-            Some(b) => {
-                let b = b.expect("checked above");
-                if b.shape[0] != n {
-                    return None;
-                }
-                Some(operand(context, &b, b.shape.to_vec()))
-            }
+        let bias = match bias.flatten() {
+            Some(b) if b.shape[0] != n => return None,
+            Some(b) => Some(operand(context, &b, b.shape.to_vec())),
             None => None,
         };
-        Some([Some(x), Some(w), bias])
+        Some((x, w, bias))
     }
-}
-
-/// Row-major strides of `shape`.
-fn contiguous(shape: &[usize]) -> burn_std::Strides {
-    let strides: Vec<usize> = (0..shape.len())
-        .map(|i| shape[i + 1..].iter().product())
-        .collect();
-    burn_std::Strides::new(&strides)
 }
 
 /// `tensor`'s handle as a kernel operand of `shape`, left in the context.
@@ -143,9 +128,9 @@ fn view(
     let to: Vec<usize> = view.shape.to_vec();
     let from = &operand.shape;
     let strides: Vec<usize> = operand.handle.strides.iter().copied().collect();
-    let contiguous = (0..from.len()).all(|i| strides[i] == from[i + 1..].iter().product::<usize>());
-    let new_strides: Vec<usize> = if contiguous {
-        self::contiguous(&to).iter().copied().collect()
+    let contiguous: Vec<usize> = contiguous_strides(from).iter().copied().collect();
+    let new_strides: Vec<usize> = if strides == contiguous {
+        contiguous_strides(&to).iter().copied().collect()
     } else if to.len() >= from.len() && to[to.len() - from.len()..] == from[..] {
         // Leading size-1 dims added (a weight or bias unsqueezed): the source's strides.
         let mut s = vec![0; to.len() - from.len()];
@@ -161,7 +146,7 @@ fn view(
 
 impl FusedOperation for LinearRelu {
     const NAME: &'static str = "hypatia-linear-relu";
-    type State = LinearReluState;
+    type State = Self;
 
     fn num_ops_fused(&self) -> usize {
         self.len
@@ -176,7 +161,7 @@ impl FusedOperation for LinearRelu {
             .load(Ordering::SeqCst)
             .then(|| self.operands(context))
             .flatten();
-        let Some([Some(x), Some(w), bias]) = fits else {
+        let Some((x, w, bias)) = fits else {
             FELL_BACK.fetch_add(1, Ordering::SeqCst);
             for i in 0..self.len {
                 fallback(i).run(context);
@@ -194,7 +179,7 @@ impl FusedOperation for LinearRelu {
             Epilogue::Relu,
         );
         // Contiguous: the output's own shape (the sum's reshape, if any) views the same rows.
-        handle.strides = contiguous(&out.shape.to_vec());
+        handle.strides = contiguous_strides(&out.shape.to_vec());
         context.handles.register_handle(out.id, handle);
         // Inputs whose last reader was this segment are released, once each (x may be w).
         let mut released = Vec::new();
@@ -213,13 +198,10 @@ impl FusedOperation for LinearRelu {
     }
 
     fn to_state(&self) -> Self::State {
-        LinearReluState {
-            step: self.step.clone(),
-            len: self.len,
-        }
+        self.clone()
     }
 
     fn from_state(_device: &cubecl::Device, state: Self::State) -> Self {
-        Self::new(state.step, state.len)
+        state
     }
 }
