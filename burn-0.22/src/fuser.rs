@@ -103,7 +103,10 @@ impl LinearReluFuser {
                 let views_die = [&m.lhs, &m.rhs]
                     .iter()
                     .all(|t| !self.views.iter().any(|(id, _)| *id == t.id) || dies(t));
-                if m.out.shape.rank() < 2 || !views_die || self.views.len() > 2 {
+                // And every view taken is an operand: the kernel writes no other.
+                let views_read =
+                    (self.views.iter()).all(|(id, _)| *id == m.lhs.id || *id == m.rhs.id);
+                if m.out.shape.rank() < 2 || !views_die || !views_read {
                     return Stage::Failed;
                 }
                 let (x, x_view) = self.source(&m.lhs);
