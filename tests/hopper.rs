@@ -98,6 +98,15 @@ const fn silu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
     }
 }
 
+/// Tanh GELU's backward, laid out as [`relu_grad`], its saved `tanh + 1` and tanh input read as
+/// a second and a third operand.
+const fn gelu_tanh_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
+    Case {
+        epilogue: Epilogue::GeluTanhGrad,
+        ..relu_grad(m, k, n, specials)
+    }
+}
+
 /// `epilogue`'s backward (ReLU's or GELU's) through dropout: the product scaled by the first
 /// parameter and multiplied by a 0/1 mask before the gate.
 const fn dropout_grad(m: usize, k: usize, n: usize, epilogue: Epilogue) -> Case {
@@ -107,7 +116,7 @@ const fn dropout_grad(m: usize, k: usize, n: usize, epilogue: Epilogue) -> Case 
     }
 }
 
-const CASES: [Case; 29] = [
+const CASES: [Case; 31] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -177,6 +186,8 @@ const CASES: [Case; 29] = [
     // SiLU's backward reads the saved sigmoid beside the gate; dropout's backward its mask.
     silu_grad(300, 264, 1000, true),
     silu_grad(2176, 64, 2048, false),
+    gelu_tanh_grad(300, 264, 1000, true),
+    gelu_tanh_grad(2176, 64, 2048, false),
     dropout_grad(300, 264, 1000, Epilogue::ReluGradDropout),
     dropout_grad(2176, 64, 2048, Epilogue::ReluGradDropout),
     dropout_grad(33, 1024, 4096, Epilogue::GeluGradDropout),
@@ -376,8 +387,11 @@ struct Prepared {
     w: (Vec<u32>, Vec<usize>, Vec<usize>),
     bias: Vec<u32>,
     gate: Vec<u32>,
-    /// The second gate-shaped operand: SiLU's saved sigmoid of the gate, or dropout's mask.
+    /// The second gate-shaped operand: SiLU's saved sigmoid of the gate, tanh GELU's saved
+    /// `tanh + 1`, or dropout's mask.
     mask: Vec<u32>,
+    /// The third: tanh GELU's saved tanh input (zeros for the others).
+    aux: Vec<u32>,
     out_shape: Vec<usize>,
     out_ref: Vec<f64>,
     pre_ref: Vec<f64>,
@@ -473,9 +487,18 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         }
     }
     // The gate as stored, and the second operand: SiLU's saved sigmoid of it (rounded as the
-    // forward stores it), else a 0/1 dropout mask.
+    // forward stores it), tanh GELU's saved tanh + 1 of its saved tanh input (the third),
+    // else a 0/1 dropout mask.
     let gate: Vec<f64> = round(&gate).into_iter().map(H::value).collect();
+    let stored = |v: Vec<f64>| -> Vec<f64> { round(&v).into_iter().map(H::value).collect() };
+    let aux: Vec<f64> = match c.epilogue {
+        Epilogue::GeluTanhGrad => {
+            stored(gate.iter().map(|&g| common::gelu_tanh_inner(g)).collect())
+        }
+        _ => vec![0.0; gate.len()],
+    };
     let mask: Vec<f64> = match c.epilogue {
+        Epilogue::GeluTanhGrad => stored(aux.iter().map(|&i| i.tanh() + 1.0).collect()),
         Epilogue::SiluGrad => round(
             &gate
                 .iter()
@@ -491,14 +514,15 @@ fn prepare<H: Float>(c: Case) -> Prepared {
             .collect(),
     };
     let scale = PARAMS[0] as f64;
-    let out_ref: Vec<f64> = (pre_ref.iter().zip(&gate).zip(&mask))
-        .map(|((&v, &g), &s)| match c.epilogue {
+    let out_ref: Vec<f64> = (pre_ref.iter().zip(&gate).zip(&mask).zip(&aux))
+        .map(|(((&v, &g), &s), &i)| match c.epilogue {
             Epilogue::ReluGrad if g <= 0.0 => 0.0,
             Epilogue::GeluGrad => common::gelu_grad_reference(g) * v,
             Epilogue::ReluGradDropout if g <= 0.0 => 0.0,
             Epilogue::ReluGradDropout => v * scale * s,
             Epilogue::GeluGradDropout => common::gelu_grad_reference(g) * (v * scale * s),
             Epilogue::SiluGrad => common::silu_grad_with_saved(g, s, v),
+            Epilogue::GeluTanhGrad => common::gelu_tanh_grad_with_saved(g, s, i, v),
             epilogue => activation(epilogue, v),
         })
         .collect();
@@ -513,6 +537,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         bias: bb,
         gate: round(&gate),
         mask: round(&mask),
+        aux: round(&aux),
         out_shape,
         out_ref,
         pre_ref,
@@ -560,6 +585,8 @@ fn run_args<H: Float>(
         gate: gated.then(|| dev.upload::<H>(&p.gate, p.out_shape.clone(), out_strides.clone())),
         mask: (c.epilogue.masked())
             .then(|| dev.upload::<H>(&p.mask, p.out_shape.clone(), out_strides.clone())),
+        aux: (c.epilogue.has_aux())
+            .then(|| dev.upload::<H>(&p.aux, p.out_shape.clone(), out_strides.clone())),
         params: PARAMS,
         bias_grad: gated.then(|| dev.upload::<H>(&poison[..c.n], vec![1, c.n], vec![c.n, 1])),
         // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
@@ -686,6 +713,7 @@ const TINY: [Case; 12] = [
     relu_grad(64, 64, 64, false),
     gelu_grad(17, 45, 33, true),
     silu_grad(17, 45, 33, true),
+    gelu_tanh_grad(17, 45, 33, true),
     dropout_grad(33, 5, 64, Epilogue::GeluGradDropout),
     Case {
         lead: 3,
@@ -844,6 +872,7 @@ fn wgmma_declines_what_it_cannot_run() {
         epilogue: Epilogue::Relu,
         gate: None,
         mask: None,
+        aux: None,
         params: [0.0; 2],
         bias_grad: None,
         // What the configuration in force offers (`HYPATIA_WGMMA`, `HYPATIA_WEIGHT_COPIES_MIB`).
@@ -872,7 +901,7 @@ fn wgmma_declines_what_it_cannot_run() {
     };
     let err = launch(WGMMA_TILINGS[0], &gateless).unwrap_err();
     assert!(err.contains("gate"), "{err}");
-    // A mask goes with dropout's and SiLU's backward, and with nothing else.
+    // A mask goes with dropout's, SiLU's and tanh GELU's backward, and with nothing else.
     let maskless = LinearArgs {
         epilogue: Epilogue::ReluGradDropout,
         gate: Some(gateless.out.clone()),
@@ -887,6 +916,14 @@ fn wgmma_declines_what_it_cannot_run() {
     };
     let err = launch(WGMMA_TILINGS[0], &stray).unwrap_err();
     assert!(err.contains("mask"), "{err}");
+    // An aux operand goes with tanh GELU's backward alone.
+    let stray_aux = LinearArgs {
+        epilogue: Epilogue::ReluGrad,
+        aux: Some(gateless.out.clone()),
+        ..maskless.clone()
+    };
+    let err = launch(WGMMA_TILINGS[0], &stray_aux).unwrap_err();
+    assert!(err.contains("aux"), "{err}");
     // A TMA-store tiling stages pre and the gate in one buffer: never both.
     let both = LinearArgs {
         gate: Some(gateless.out.clone()),

@@ -139,6 +139,7 @@ pub fn launch_linear(
         bias_arg,
         dummy(),
         dummy(),
+        dummy(),
         out.clone().into_tensor_arg(Shape::from(out_shape.to_vec())),
         dummy(),
         row_sums,

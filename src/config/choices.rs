@@ -269,7 +269,7 @@ pub enum Pattern {
     /// ReLU's backward `mask_fill(dy · Wᵀ, pre <= 0, 0)`.
     MatmulReluGrad,
     /// The backward of the activations other than ReLU (GELU's `gelu_backward(pre, dy · Wᵀ)`,
-    /// SiLU's gradient of `x · sigmoid(x)`).
+    /// SiLU's gradient of `x · sigmoid(x)`, tanh GELU's of `gelu_approximate`'s ops).
     MatmulActivationGrads,
     /// Linear + bias + ReLU.
     LinearRelu,

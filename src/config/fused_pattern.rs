@@ -33,6 +33,9 @@ pub enum FusedPattern {
     MatmulGeluGrad,
     /// SiLU's backward: `Autodiff`'s gradient of `x · sigmoid(x)` through `dy · Wᵀ`.
     MatmulSiluGrad,
+    /// Tanh GELU's backward: `Autodiff`'s gradient of `gelu_approximate`'s ops through
+    /// `dy · Wᵀ`.
+    MatmulGeluTanhGrad,
     /// A run of layers as one MLP-chain launch (each layer also counts as `chained` in its
     /// own pattern).
     MlpChain,
@@ -40,7 +43,7 @@ pub enum FusedPattern {
 
 impl FusedPattern {
     /// Every pattern.
-    pub const ALL: [FusedPattern; 12] = [
+    pub const ALL: [FusedPattern; 13] = [
         FusedPattern::Linear,
         FusedPattern::LinearRelu,
         FusedPattern::LinearGelu,
@@ -52,6 +55,7 @@ impl FusedPattern {
         FusedPattern::MatmulReluGrad,
         FusedPattern::MatmulGeluGrad,
         FusedPattern::MatmulSiluGrad,
+        FusedPattern::MatmulGeluTanhGrad,
         FusedPattern::MlpChain,
     ];
 
@@ -69,6 +73,7 @@ impl FusedPattern {
             FusedPattern::MatmulReluGrad => "matmul-relu-grad",
             FusedPattern::MatmulGeluGrad => "matmul-gelu-grad",
             FusedPattern::MatmulSiluGrad => "matmul-silu-grad",
+            FusedPattern::MatmulGeluTanhGrad => "matmul-gelu-tanh-grad",
             FusedPattern::MlpChain => "mlp-chain",
         }
     }

@@ -174,6 +174,7 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
     let bias = step.bias.map(|r| real_tensor(context, &r.id));
     let gate = step.gate.map(|r| real_tensor(context, &r.id));
     let mask = step.mask.map(|r| real_tensor(context, &r.id));
+    let aux = step.aux.map(|r| real_tensor(context, &r.id));
     let out = real_tensor(context, &step.out);
     let problem = check_linear(
         (&x.shape, x.dtype),
@@ -190,7 +191,8 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
     }
     let gate = gate.map(|t| operand(context, &t));
     let mask = mask.map(|t| operand(context, &t));
-    for gate in gate.iter().chain(&mask) {
+    let aux = aux.map(|t| operand(context, &t));
+    for gate in gate.iter().chain(&mask).chain(&aux) {
         check_gate(gate, &problem.out_shape, problem.dtype)?;
     }
     let client = context
@@ -215,6 +217,7 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
         bias: bias.as_ref(),
         gate: gate.as_ref(),
         mask: mask.as_ref(),
+        aux: aux.as_ref(),
         params: step_params(step, context),
         // A sum of `w` runs after the kernel (`sum_rhs`), not in its epilogue.
         bias_grad: step.bias_grad.as_ref().is_some_and(|grad| !grad.of_rhs),
@@ -250,7 +253,7 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
             Produced {
                 outputs,
                 rest: rest.filter(|op| !step.matmul_ops.contains(op)).collect(),
-                consumed: [step.bias, step.gate, step.mask]
+                consumed: [step.bias, step.gate, step.mask, step.aux]
                     .into_iter()
                     .flatten()
                     .chain([TensorRef {

@@ -47,9 +47,10 @@ pub fn activate(value: f32, alpha: f32, beta: f32, #[comptime] activation: Activ
 
 /// An activation's backward at the forward's pre-activation `gate`, applied to `value`
 /// (`dy · Wᵀ`), in f32, with Burn's ops in Burn's order (see [`Gate`]). `saved` is SiLU's
-/// saved sigmoid (read from the `mask` operand; unused by the other gates).
+/// saved sigmoid or tanh GELU's saved `tanh + 1` (read from the `mask` operand), `aux` tanh
+/// GELU's saved tanh input (the `aux` operand); the other gates read neither.
 #[cube]
-pub fn gate_grad(value: f32, gate: f32, saved: f32, #[comptime] kind: Gate) -> f32 {
+pub fn gate_grad(value: f32, gate: f32, saved: f32, aux: f32, #[comptime] kind: Gate) -> f32 {
     let mut out = value;
     if comptime![kind == Gate::Relu] {
         out = select(gate <= 0.0f32, 0.0f32, value);
@@ -73,6 +74,16 @@ pub fn gate_grad(value: f32, gate: f32, saved: f32, #[comptime] kind: Gate) -> f
         let derivative = sigmoid * (-sigmoid + 1.0f32);
         out = value * saved + derivative * (value * gate);
     }
+    if comptime![kind == Gate::GeluTanh] {
+        // Burn's `Autodiff` of `gelu_approximate`'s ops (decision record 0028): the last
+        // `mul_scalar`'s and `mul`'s gradients, then `tanh`'s (t recomputed from its saved
+        // input, as its backward does), the scale's, the add's and `powf_scalar`'s
+        // (`mul_scalar(x · x, 3)`), summed in the order `Autodiff` adds them.
+        let half = value * 0.5f32;
+        let tanh = f32::tanh(aux);
+        let inner = half * gate * (tanh * tanh * -1.0f32 + 1.0f32) * GELU_TANH_SCALE;
+        out = inner + half * saved + inner * 0.044715f32 * (gate * gate * 3.0f32);
+    }
     out
 }
 
@@ -93,7 +104,7 @@ pub(crate) fn round<F: Float>(value: f32) -> f32 {
 /// `write_pre`, applies the activation or the gate's backward (after dropout's, with its
 /// `mask`), writes `out`. `out` and `pre` are contiguous with the output's shape and written
 /// at `offset`; `gate` and `mask` are `[rows, n]` through their row strides (rows may be
-/// pitched), read at `offset`'s row and `col`. Returns the value
+/// pitched), read at `offset`'s row and `col`, as is `aux`. Returns the value
 /// stored, as f32 (what a sum over the stored output adds up).
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -104,6 +115,7 @@ pub fn store_epilogue<F: Float>(
     bias: &Tensor<F>,
     gate: &Tensor<F>,
     mask: &Tensor<F>,
+    aux: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
     alpha: f32,
@@ -127,11 +139,21 @@ pub fn store_epilogue<F: Float>(
     }
     if comptime![flags.gate != Gate::None] {
         let mut saved = 0.0f32;
-        if comptime![flags.gate == Gate::Silu] {
+        let mut aux_value = 0.0f32;
+        if comptime![flags.gate == Gate::Silu || flags.gate == Gate::GeluTanh] {
             saved = f32::cast_from(mask[pitched_at(mask, offset, col)]);
         }
+        if comptime![flags.gate == Gate::GeluTanh] {
+            aux_value = f32::cast_from(aux[pitched_at(aux, offset, col)]);
+        }
         let at = pitched_at(gate, offset, col);
-        value = gate_grad(value, f32::cast_from(gate[at]), saved, flags.gate);
+        value = gate_grad(
+            value,
+            f32::cast_from(gate[at]),
+            saved,
+            aux_value,
+            flags.gate,
+        );
     }
     let stored = F::cast_from(value);
     out[offset] = stored;

@@ -72,8 +72,8 @@ pub struct PlanOptions {
     pub plain_matmuls: bool,
     /// Claim relu's backward (`matmul-relu-grad`).
     pub relu_grads: bool,
-    /// Claim GELU's and SiLU's backward (`matmul-gelu-grad`, `matmul-silu-grad`), the
-    /// activations' other than relu's.
+    /// Claim GELU's, SiLU's and tanh GELU's backward (`matmul-gelu-grad`, `matmul-silu-grad`,
+    /// `matmul-gelu-tanh-grad`), the activations' other than relu's.
     pub activation_grads: bool,
     /// Claim Linear + relu (`linear-relu`).
     pub linear_relus: bool,
@@ -135,9 +135,10 @@ pub(crate) fn plan_window_with<T>(
         Epilogue::Identity if c.bias.is_some() => options.linears,
         Epilogue::Identity => options.plain_matmuls,
         Epilogue::ReluGrad | Epilogue::ReluGradDropout => options.relu_grads,
-        Epilogue::GeluGrad | Epilogue::GeluGradDropout | Epilogue::SiluGrad => {
-            options.activation_grads
-        }
+        Epilogue::GeluGrad
+        | Epilogue::GeluGradDropout
+        | Epilogue::SiluGrad
+        | Epilogue::GeluTanhGrad => options.activation_grads,
         Epilogue::Relu => options.linear_relus,
         Epilogue::Gelu
         | Epilogue::GeluTanh
@@ -378,6 +379,7 @@ fn assemble(
                 bias: c.bias.map(reference),
                 gate: c.gate.map(reference),
                 mask: c.mask.map(reference),
+                aux: c.aux.map(reference),
                 out: c.root,
                 pre: a.pre,
                 epilogue: c.epilogue,

@@ -26,6 +26,8 @@ pub struct Candidate {
     /// Dropout's mask, read before the gate ([`Epilogue::dropout`]), or SiLU's saved sigmoid
     /// ([`Epilogue::masked`]).
     pub mask: Option<TensorId>,
+    /// Tanh GELU's saved tanh input ([`Epilogue::has_aux`]).
+    pub aux: Option<TensorId>,
     /// The window tensors equal to `x · w (+ bias)` before the activation (one of them is
     /// the pattern's pre-activation); empty for relu's backward and a plain matmul.
     pub linear: Vec<TensorId>,
@@ -40,9 +42,16 @@ pub struct Candidate {
 
 impl Candidate {
     pub(super) fn operands(&self) -> impl Iterator<Item = TensorId> + '_ {
-        [Some(self.x), Some(self.w), self.bias, self.gate, self.mask]
-            .into_iter()
-            .flatten()
+        [
+            Some(self.x),
+            Some(self.w),
+            self.bias,
+            self.gate,
+            self.mask,
+            self.aux,
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -73,10 +82,12 @@ pub fn find_candidates(
             let linear = third
                 .filter(|_| !epilogue.gated())
                 .and_then(|b| egraph.lookup(TensorLang::Linear([x, w, b])));
-            // Dropout's mask (or SiLU's saved sigmoid) is the fourth child; the scalars follow.
+            // Dropout's mask (or a saved value) is the fourth child, tanh GELU's saved tanh
+            // input the fifth; the scalars follow.
             let mask = epilogue.masked().then(|| children[3]);
+            let aux = epilogue.has_aux().then(|| children[4]);
             let scalars: Option<Vec<u64>> = children
-                .get(3 + mask.is_some() as usize..)
+                .get(3 + mask.is_some() as usize + aux.is_some() as usize..)
                 .unwrap_or_default()
                 .iter()
                 .map(|&class| scalar_id(egraph, class))
@@ -86,7 +97,7 @@ pub fn find_candidates(
                 *root,
                 epilogue,
                 [x, w],
-                [bias, gate, mask],
+                [bias, gate, mask, aux],
                 linear,
                 scalars?,
                 chained,
@@ -111,7 +122,7 @@ pub fn find_candidates(
     let candidates: Vec<Candidate> = raw
         .into_iter()
         .filter_map(
-            |(root, epilogue, [x, w], [bias, gate, mask], linear, scalars, chained)| {
+            |(root, epilogue, [x, w], [bias, gate, mask, aux], linear, scalars, chained)| {
                 // An absent operand stays absent; a present one must name a window tensor.
                 let optional =
                     |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
@@ -122,6 +133,7 @@ pub fn find_candidates(
                     bias: optional(bias)?,
                     gate: optional(gate)?,
                     mask: optional(mask)?,
+                    aux: optional(aux)?,
                     linear: linear
                         .map_or_else(Vec::new, |class| lowered.find_tensors(egraph, class)),
                     scalars,
@@ -135,8 +147,11 @@ pub fn find_candidates(
     // covers the most ops, so it is tried first, and the earlier ones only if it cannot be
     // claimed (its intermediates are read elsewhere).
     let same = |a: &Candidate, b: &Candidate| {
-        (a.x, a.w, a.bias, a.gate, a.mask, a.epilogue, &a.scalars)
-            == (b.x, b.w, b.bias, b.gate, b.mask, b.epilogue, &b.scalars)
+        (
+            a.x, a.w, a.bias, a.gate, a.mask, a.aux, a.epilogue, &a.scalars,
+        ) == (
+            b.x, b.w, b.bias, b.gate, b.mask, b.aux, b.epilogue, &b.scalars,
+        )
     };
     // Larger patterns first: an activation, then a Linear alone, then a plain matmul.
     let rank = |c: &Candidate| match (c.epilogue, c.bias) {

@@ -130,9 +130,9 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
         has_matmul.then_some((t, chain))
     };
     let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
-        // SiLU's gradient reads the matmul twice (`g · s`, `g · x`): its side is the
-        // matmul's own output.
-        Epilogue::SiluGrad => {
+        // SiLU's gradient reads the matmul twice (`g · s`, `g · x`), tanh GELU's reads its
+        // half twice: the side is the matmul's own output.
+        Epilogue::SiluGrad | Epilogue::GeluTanhGrad => {
             let matmul = (ops.iter())
                 .find(|&&i| window.ops()[i].kind == OpKind::Matmul)
                 .ok_or(Reason::NoMatch)?;

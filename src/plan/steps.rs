@@ -31,9 +31,13 @@ pub struct FusedLinear {
     /// output-shaped.
     pub gate: Option<TensorRef>,
     /// Dropout's mask ([`Epilogue::dropout`]: the forward's `random_like` tensor) or SiLU's
-    /// saved sigmoid ([`Epilogue::SiluGrad`]), output-shaped.
+    /// saved sigmoid ([`Epilogue::SiluGrad`]) or tanh GELU's saved `tanh + 1`
+    /// ([`Epilogue::GeluTanhGrad`]), output-shaped.
     #[serde(default)]
     pub mask: Option<TensorRef>,
+    /// Tanh GELU's saved tanh input ([`Epilogue::has_aux`]), output-shaped.
+    #[serde(default)]
+    pub aux: Option<TensorRef>,
     /// The activation's output.
     pub out: TensorId,
     /// The pre-activation, when something outside the step still reads it (autodiff does).
@@ -184,12 +188,19 @@ impl FusedLinear {
         }
     }
 
-    /// The tensors the step reads, in kernel order: x, w, then bias, gate and mask when
+    /// The tensors the step reads, in kernel order: x, w, then bias, gate, mask and aux when
     /// present.
     pub fn operands(&self) -> impl Iterator<Item = TensorRef> + '_ {
-        [Some(self.x), Some(self.w), self.bias, self.gate, self.mask]
-            .into_iter()
-            .flatten()
+        [
+            Some(self.x),
+            Some(self.w),
+            self.bias,
+            self.gate,
+            self.mask,
+            self.aux,
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -218,6 +229,7 @@ impl Plan {
                     bias: fused.bias.map(reference),
                     gate: fused.gate.map(reference),
                     mask: fused.mask.map(reference),
+                    aux: fused.aux.map(reference),
                     out: tensor(fused.out),
                     pre: fused.pre.map(tensor),
                     epilogue: fused.epilogue,

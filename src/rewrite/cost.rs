@@ -50,6 +50,7 @@ impl CostModel {
             | TensorLang::FusedMatmulReluGradDropout(_)
             | TensorLang::FusedMatmulGeluGradDropout(_)
             | TensorLang::FusedMatmulSiluGrad(_)
+            | TensorLang::FusedMatmulGeluTanhGrad(_)
             | TensorLang::FusedLinear(_)
             | TensorLang::FusedLinearGelu(_)
             | TensorLang::FusedLinearGeluTanh(_)

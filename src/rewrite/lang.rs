@@ -39,6 +39,10 @@ define_language! {
         // SiLU's backward: x, w, the gate (the forward's pre-activation), its saved sigmoid,
         // then the scalars of `Epilogue::SiluGrad`'s constants.
         "fused-matmul-silu-grad" = FusedMatmulSiluGrad([Id; 9]),
+        // Tanh GELU's backward: x, w, the gate (the forward's pre-activation), its saved
+        // `tanh + 1`, the saved tanh input, then the scalars of `Epilogue::GeluTanhGrad`'s
+        // constants.
+        "fused-matmul-gelu-tanh-grad" = FusedMatmulGeluTanhGrad([Id; 11]),
         // Elementwise ops of Burn's activations (their scalars are children).
         "mul" = Mul([Id; 2]),
         "mul-scalar" = MulScalar([Id; 2]),
@@ -99,6 +103,7 @@ impl TensorLang {
             TensorLang::FusedMatmulReluGradDropout(_) => Epilogue::ReluGradDropout,
             TensorLang::FusedMatmulGeluGradDropout(_) => Epilogue::GeluGradDropout,
             TensorLang::FusedMatmulSiluGrad(_) => Epilogue::SiluGrad,
+            TensorLang::FusedMatmulGeluTanhGrad(_) => Epilogue::GeluTanhGrad,
             TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
             TensorLang::FusedLinearSilu(_) => Epilogue::Silu,

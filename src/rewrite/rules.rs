@@ -71,6 +71,10 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         // SiLU's backward (`Autodiff` of `x · sigmoid(x)`, s its saved sigmoid, g = dy · Wᵀ):
         // `g · s + (σ · (-σ + 1)) · (g · x)`, σ recomputed from x by `sigmoid`'s backward.
         rewrite!("silu-grad-to-fused";    "(add (mul (matmul ?a ?w) ?s) (mul (mul (sigmoid ?x ?n ?one ?m) (add-scalar (mul-scalar (sigmoid ?x ?n ?one ?m) ?n2) ?one2)) (mul (matmul ?a ?w) ?x)))" => "(fused-matmul-silu-grad ?a ?w ?x ?s ?n ?one ?m ?n2 ?one2)" if gates_output(&["?x", "?s"], &["?a", "?w", "?x", "?s"])),
+        // Tanh GELU's backward (`Autodiff` of `gelu_approximate`'s ops, g = dy · Wᵀ, u its saved
+        // `tanh(i) + 1`, i the tanh's saved input): with h = g · 0.5 and
+        // d = ((h · x) · (-(tanh(i)²) + 1)) · √(2/π), `(d + h · u) + (d · 0.044715) · ((x · x) · 3)`.
+        rewrite!("gelu-tanh-grad-to-fused"; "(add (add (mul-scalar (mul (mul (mul-scalar (matmul ?a ?w) ?h) ?x) (add-scalar (mul-scalar (mul (tanh ?i) (tanh ?i)) ?neg) ?one)) ?c) (mul (mul-scalar (matmul ?a ?w) ?h) ?u)) (mul (mul-scalar (mul-scalar (mul (mul (mul-scalar (matmul ?a ?w) ?h) ?x) (add-scalar (mul-scalar (mul (tanh ?i) (tanh ?i)) ?neg) ?one)) ?c) ?k) (mul-scalar (mul ?x ?x) ?three)))" => "(fused-matmul-gelu-tanh-grad ?a ?w ?x ?u ?i ?h ?neg ?one ?c ?k ?three)" if gates_output(&["?x", "?u", "?i"], &["?a", "?w", "?x", "?u", "?i"])),
         rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output(&["?g"], &["?x", "?w", "?g"])),
     ]
 }
@@ -410,6 +414,55 @@ mod tests {
                 best.contains("(fused-matmul t1:f32:1x3 t2:f32:3x2)"),
                 "{best}"
             );
+        }
+    }
+
+    /// `Autodiff`'s gradient of `gelu_approximate(x)` for the matmul `g`, u its saved `tanh + 1`
+    /// and i its saved tanh input (scalars 30 to 35, the order of `Epilogue::GeluTanhGrad`'s
+    /// constants); `commuted` swaps every sum's and product's operands.
+    fn gelu_tanh_grad_of(g: &str, x: &str, u: &str, i: &str, commuted: bool) -> String {
+        let pair = |a: &str, b: &str| match commuted {
+            true => format!("{b} {a}"),
+            false => format!("{a} {b}"),
+        };
+        let half = format!("(mul-scalar {g} scalar:30)");
+        let t = format!("(tanh {i})");
+        let sech = format!("(add-scalar (mul-scalar (mul {t} {t}) scalar:31) scalar:32)");
+        let through = format!(
+            "(mul {})",
+            pair(&format!("(mul {})", pair(&half, x)), &sech)
+        );
+        let d = format!("(mul-scalar {through} scalar:33)");
+        let direct = format!("(mul {})", pair(&half, u));
+        let power = format!("(mul-scalar (mul {x} {x}) scalar:35)");
+        let cubed = format!(
+            "(mul {})",
+            pair(&format!("(mul-scalar {d} scalar:34)"), &power)
+        );
+        format!(
+            "(add {})",
+            pair(&format!("(add {})", pair(&d, &direct)), &cubed)
+        )
+    }
+
+    const GELU_TANH_GRAD_SCALARS: &str =
+        "scalar:30 scalar:31 scalar:32 scalar:33 scalar:34 scalar:35";
+
+    rewrite_test!(gelu_tanh_backward_fuses,
+        &gelu_tanh_grad_of("(matmul t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1))", "t5:f32:1x2", "t6:f32:1x2", "t7:f32:1x2", false)
+        => format!("(fused-matmul-gelu-tanh-grad t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1) t5:f32:1x2 t6:f32:1x2 t7:f32:1x2 {GELU_TANH_GRAD_SCALARS})"));
+    rewrite_test!(gelu_tanh_backward_with_its_sums_and_products_commuted_fuses,
+        &gelu_tanh_grad_of("(matmul t1:f32:1x3 t2:f32:3x2)", "t5:f32:1x2", "t6:f32:1x2", "t7:f32:1x2", true)
+        => format!("(fused-matmul-gelu-tanh-grad t1:f32:1x3 t2:f32:3x2 t5:f32:1x2 t6:f32:1x2 t7:f32:1x2 {GELU_TANH_GRAD_SCALARS})"));
+
+    /// A saved value that is broadcast (or a gate that is) is not read element for element.
+    #[test]
+    fn gelu_tanh_backward_with_a_broadcast_operand_stays() {
+        let (full, row) = ("t5:f32:1x2", "t8:f32:0x2");
+        for (x, u, i) in [(row, full, full), (full, row, full), (full, full, row)] {
+            let g = "(matmul t1:f32:1x3 t2:f32:3x2)";
+            let best = best(&gelu_tanh_grad_of(g, x, u, i, false));
+            assert!(!best.contains("gelu-tanh-grad"), "{best}");
         }
     }
 

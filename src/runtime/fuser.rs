@@ -31,8 +31,9 @@ const SOFT_WINDOW: usize = 48;
 /// the fuser closes. An open fuser keeps burn-fusion's block open, and a block that closes with
 /// no ready fuser runs every op un-fused, so Hypatia must not hold ops it will not claim.
 const PENDING: usize = 16;
-/// Ops of an activation's derivative from its first op (GELU's `powi(pre, 3)`, or the `cast` of
-/// the sigmoid SiLU's backward recomputes, of a tensor made before the window) to its last
+/// Ops of an activation's derivative from its first op (GELU's `powi(pre, 3)`, the `cast` of
+/// the sigmoid SiLU's backward recomputes, or the `tanh` tanh GELU's recomputes, of a tensor
+/// made before the window) to its last
 /// (`mul(y, grad)`, the sum of SiLU's two gradients): a window that has begun one may grow by
 /// that much more, past the ops autodiff puts between the `dy · Wᵀ` matmul and the derivative
 /// (the layer above's weight and bias gradients; decision record 0021).
@@ -189,10 +190,11 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         };
         let claimed = self.claim.as_ref().map_or(first + 1, |plan| plan.len);
         // A derivative's first op cubes (GELU) or casts (SiLU's recomputed sigmoid) the saved
-        // pre-activation, made before the window (a forward's tanh GELU cubes, and its SiLU
-        // casts, a tensor of its own window).
+        // pre-activation, or takes the tanh of tanh GELU's saved tanh input, made before the
+        // window (a forward's tanh GELU cubes and takes its tanh, and its SiLU casts, tensors
+        // of its own window).
         let derivative = ops[claimed.min(ops.len())..].iter().any(|op| {
-            matches!(op.kind, OpKind::PowfScalar | OpKind::Cast)
+            matches!(op.kind, OpKind::PowfScalar | OpKind::Cast | OpKind::Tanh)
                 && (op.inputs.first()).is_some_and(|x| self.window.find_producer(x.id).is_none())
         });
         let pending = PENDING + if derivative { ACTIVATION_GRAD_OPS } else { 0 };

@@ -361,6 +361,8 @@ pub enum Properties {
     GeluBackward,
     /// Linear+SiLU backward, 6 cases.
     SiluBackward,
+    /// Linear+tanh GELU backward, 6 cases.
+    GeluTanhBackward,
     /// Chained MLPs, 6 cases.
     Chains,
 }
@@ -383,6 +385,10 @@ pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
         Properties::SiluBackward => format!(
             "{:?}",
             check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Silu, false)
+        ),
+        Properties::GeluTanhBackward => format!(
+            "{:?}",
+            check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::GeluTanh, false)
         ),
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };

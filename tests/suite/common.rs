@@ -71,6 +71,33 @@ pub fn silu_grad_with_saved(x: f64, s: f64, dh: f64) -> f64 {
     dh * s + (sigmoid * (-sigmoid + 1.0)) * (dh * x)
 }
 
+/// Tanh GELU's gradient at the pre-activation `x` applied to `dh`, as Burn 0.21's `Autodiff`
+/// composes it from `gelu_approximate`'s ops, in float64 and in its order (with `h = dh / 2`
+/// and `t` the tanh of `√(2/π) · (x + 0.044715 · x³)`: `d = ((h · x) · (1 - t²)) · √(2/π)`,
+/// then `(d + h · (t + 1)) + (d · 0.044715) · (x² · 3)`): the reference of the fused tanh GELU
+/// backward.
+#[allow(dead_code)] // not every test binary that includes this module checks it
+pub fn gelu_tanh_grad_reference(x: f64, dh: f64) -> f64 {
+    let inner = gelu_tanh_inner(x);
+    gelu_tanh_grad_with_saved(x, inner.tanh() + 1.0, inner, dh)
+}
+
+/// The input of tanh GELU's tanh, `√(2/π) · (x + 0.044715 · x³)`, in float64.
+#[allow(dead_code)] // not every test binary that includes this module checks it
+pub fn gelu_tanh_inner(x: f64) -> f64 {
+    (x + x.powi(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt()
+}
+
+/// [`gelu_tanh_grad_reference`] with the forward's saved `u = tanh(i) + 1` and tanh input `i`
+/// given (as a kernel reads them, rounded to the dtype), `tanh(i)` recomputed.
+#[allow(dead_code)] // not every test binary that includes this module checks it
+pub fn gelu_tanh_grad_with_saved(x: f64, u: f64, i: f64, dh: f64) -> f64 {
+    let t = i.tanh();
+    let half = dh * 0.5;
+    let d = ((half * x) * (-(t * t) + 1.0)) * (2.0 / std::f64::consts::PI).sqrt();
+    (d + half * u) + (d * 0.044715) * ((x * x) * 3.0)
+}
+
 /// burn-backend's `sigmoid`, `exp(-ln(exp(-x) + 1))`, in float64.
 #[allow(dead_code)] // not every test binary that includes this module checks it
 pub fn sigmoid_reference(x: f64) -> f64 {

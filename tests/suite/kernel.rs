@@ -235,6 +235,7 @@ fn engine_keys_part_problems_a_candidate_declines() {
         epilogue: Epilogue::ReluGrad,
         gate: Some(tensor([m, n], [gate_pitch, 1])),
         mask: None,
+        aux: None,
         params: [0.0; 2],
         bias_grad: None,
         // Whatever `HYPATIA_WGMMA` says: each offer is set here.

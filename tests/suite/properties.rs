@@ -22,7 +22,7 @@ use super::check::burn_tolerance;
 use super::common::*;
 use burn::backend::Autodiff;
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, relu, silu};
+use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
 use burn::tensor::{DType, Element};
 use hypatia::FusedPattern;
 use hypatia::config::ExecutionPolicy;
@@ -49,6 +49,9 @@ pub enum Act {
     Gelu,
     /// `silu`: its gradient is `Autodiff`'s of `pre · sigmoid(pre)`, with the saved sigmoid.
     Silu,
+    /// `gelu_approximate`: its gradient is `Autodiff`'s of its ops, with the saved `tanh + 1`
+    /// and tanh input.
+    GeluTanh,
 }
 
 impl Act {
@@ -58,18 +61,21 @@ impl Act {
             Act::Relu => FusedPattern::MatmulReluGrad,
             Act::Gelu => FusedPattern::MatmulGeluGrad,
             Act::Silu => FusedPattern::MatmulSiluGrad,
+            Act::GeluTanh => FusedPattern::MatmulGeluTanhGrad,
         }
     }
 
     /// The activation's derivative at `pre` times `dh`, in float64: relu's mask (a NaN `pre`
     /// keeps `dh`, like Burn's `mask_fill`), the tanh approximation's derivative Burn 0.21's
-    /// `gelu_backward` computes for both GELUs, or SiLU's, each in Burn's order.
+    /// `gelu_backward` computes for both GELUs, SiLU's, or tanh GELU's as `Autodiff` composes
+    /// it, each in Burn's order.
     fn grad(self, pre: f64, dh: f64) -> f64 {
         match self {
             Act::Relu if pre <= 0.0 => 0.0,
             Act::Relu => dh,
             Act::Gelu => gelu_grad_reference(pre) * dh,
             Act::Silu => silu_grad_reference(pre, dh),
+            Act::GeluTanh => gelu_tanh_grad_reference(pre, dh),
         }
     }
 }
@@ -447,6 +453,7 @@ fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
         Act::Relu => relu(y),
         Act::Gelu => gelu(y),
         Act::Silu => silu(y),
+        Act::GeluTanh => gelu_approximate(y),
     };
     let h = match dropout {
         // burn-nn's `Dropout::forward`, its random tensor given.

@@ -435,6 +435,14 @@ fn a_silu_classifier_trains_as_on_burn_with_its_silu_backward_fused() {
     user_models::silu_mlp_trains_as_on_burn::<f32>();
 }
 
+/// A GPT-2-style classifier (tanh GELU, `user_models.rs`) trains on Hypatia as on Burn, its tanh
+/// GELU backward fused.
+#[test]
+fn a_tanh_gelu_classifier_trains_as_on_burn_with_its_backward_fused() {
+    let _serial = serial();
+    user_models::gelu_tanh_mlp_trains_as_on_burn::<f32>();
+}
+
 /// A Llama-style decoder layer (`user_models.rs`) trains on Hypatia as on Burn, bit for bit
 /// where Hypatia claims none of its steps.
 #[test]

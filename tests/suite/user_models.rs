@@ -557,6 +557,61 @@ pub fn silu_mlp_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     );
 }
 
+/// A GPT-2-style classifier: [`SiluMlp`]'s layers with tanh GELU (`gelu_approximate`, what
+/// GPT-2's feed-forward blocks use) as the hidden activation.
+#[derive(Module, Debug)]
+struct GeluTanhMlp<B: Backend> {
+    layers: SiluMlp<B>,
+}
+
+impl<B: Backend> GeluTanhMlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            layers: SiluMlp::new(device),
+        }
+    }
+
+    fn forward(&self, images: Tensor<B, 3>) -> Tensor<B, 2> {
+        let x = images.flatten(1, 2);
+        let h = burn::tensor::activation::gelu_approximate(self.layers.hidden.forward(x));
+        self.layers.out.forward(h)
+    }
+}
+
+fn gelu_tanh_mlp_batch<B: Backend>(
+    model: &GeluTanhMlp<B>,
+    step: usize,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let (x, y) = images::<B>(step, &Default::default());
+    (model.forward(x), y)
+}
+
+fn train_gelu_tanh_mlp<B: AutodiffBackend>(steps: usize) -> Run {
+    fit(
+        19,
+        GeluTanhMlp::<B>::new,
+        steps,
+        3e-3,
+        gelu_tanh_mlp_batch,
+        gelu_tanh_mlp_batch,
+    )
+}
+
+/// The tanh-GELU classifier trains on Hypatia as on Burn, in `F`, with tanh GELU's backward
+/// (`Autodiff`'s composition of `gelu_approximate`'s ops, reading the saved `tanh + 1` and
+/// tanh input: decision record 0028) fused in every step.
+pub fn gelu_tanh_mlp_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
+    let train = || {
+        trains_as_on_burn::<F>(
+            "gelu-tanh-mlp",
+            train_gelu_tanh_mlp::<Autodiff<FusedOf<F>>>,
+            train_gelu_tanh_mlp::<Autodiff<PlainOf<F>>>,
+            bare!(train_gelu_tanh_mlp, F),
+        )
+    };
+    with_fused(&[(FusedPattern::MatmulGeluTanhGrad, 12)], train);
+}
+
 /// Runs `train` and asserts that each pattern ran at least its number of times on Hypatia's
 /// side; returns what `train` returned.
 fn with_fused<T>(minimums: &[(FusedPattern, u64)], train: impl FnOnce() -> T) -> T {

@@ -47,8 +47,11 @@ __device__ __forceinline__ float activate(float v, u32 act, float alpha, float b
 // SiLU's backward also reads the forward's saved sigmoid s, a second gate-shaped operand (the
 // kernel's `mask`, MASKED).
 #define GATE_SILU 3u
+// Tanh GELU's backward also reads the forward's saved tanh(i) + 1 (s, the kernel's `mask`) and
+// the saved tanh input i (a third gate-shaped operand, the kernel's `aux`, AUXED).
+#define GATE_GELU_TANH 4u
 
-__device__ __forceinline__ float gate_grad(float v, float g, float s, u32 gate) {
+__device__ __forceinline__ float gate_grad(float v, float g, float s, float i, u32 gate) {
     switch (gate) {
     case GATE_RELU:
         return g <= 0.0f ? 0.0f : v; // a NaN gate keeps the value, like Burn's mask_fill
@@ -66,6 +69,15 @@ __device__ __forceinline__ float gate_grad(float v, float g, float s, u32 gate) 
         const float sigmoid = expf(-logf(expf(-g) + 1.0f));
         const float derivative = sigmoid * (-sigmoid + 1.0f);
         return v * s + derivative * (v * g);
+    }
+    case GATE_GELU_TANH: {
+        // Burn's `Autodiff` of gelu_approximate's ops, as the CubeCL kernels' gate_grad: the
+        // last mul_scalar's and mul's gradients, tanh's (t recomputed from i), then the add's
+        // and powf_scalar's (g · g · 3), summed in the order the gradients arrive.
+        const float h = v * 0.5f;
+        const float t = tanhf(i);
+        const float d = ((h * g) * ((t * t) * -1.0f + 1.0f)) * 0.7978845608f;
+        return (d + h * s) + (d * 0.044715f) * ((g * g) * 3.0f);
     }
     default:
         return v;

@@ -48,6 +48,11 @@ pub enum Epilogue {
     /// (the forward's pre-activation), with the forward's saved sigmoid `s` as a second
     /// gate-shaped operand (the `mask` slot): see [`Gate::Silu`].
     SiluGrad,
+    /// Tanh GELU's backward on `dy · Wᵀ` as Burn's `Autodiff` composes it from
+    /// `gelu_approximate`'s ops: the gate `x` (the forward's pre-activation), the saved
+    /// `tanh(..) + 1` in the `mask` slot and the saved input of the tanh as a third gate-shaped
+    /// operand (the `aux` slot): see [`Gate::GeluTanh`] and decision record 0028.
+    GeluTanhGrad,
 }
 
 impl Epilogue {
@@ -60,6 +65,7 @@ impl Epilogue {
             Epilogue::ReluGrad | Epilogue::ReluGradDropout => FusedPattern::MatmulReluGrad,
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => FusedPattern::MatmulGeluGrad,
             Epilogue::SiluGrad => FusedPattern::MatmulSiluGrad,
+            Epilogue::GeluTanhGrad => FusedPattern::MatmulGeluTanhGrad,
             Epilogue::Gelu => FusedPattern::LinearGelu,
             Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
             Epilogue::Silu => FusedPattern::LinearSilu,
@@ -77,7 +83,8 @@ impl Epilogue {
             | Epilogue::GeluGrad
             | Epilogue::ReluGradDropout
             | Epilogue::GeluGradDropout
-            | Epilogue::SiluGrad => Activation::None,
+            | Epilogue::SiluGrad
+            | Epilogue::GeluTanhGrad => Activation::None,
             Epilogue::Gelu => Activation::Gelu,
             Epilogue::GeluTanh => Activation::GeluTanh,
             Epilogue::Silu => Activation::Silu,
@@ -98,14 +105,21 @@ impl Epilogue {
             Epilogue::ReluGrad | Epilogue::ReluGradDropout => Gate::Relu,
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => Gate::Gelu,
             Epilogue::SiluGrad => Gate::Silu,
+            Epilogue::GeluTanhGrad => Gate::GeluTanh,
             _ => Gate::None,
         }
     }
 
     /// Whether the epilogue reads a second gate-shaped tensor (the `mask` operand): dropout's
-    /// mask, or SiLU's saved sigmoid.
+    /// mask, SiLU's saved sigmoid, or tanh GELU's saved `tanh(..) + 1`.
     pub fn masked(&self) -> bool {
-        self.dropout() || self.gate() == Gate::Silu
+        self.dropout() || matches!(self.gate(), Gate::Silu | Gate::GeluTanh)
+    }
+
+    /// Whether the epilogue reads a third gate-shaped tensor (the `aux` operand): tanh GELU's
+    /// saved tanh input.
+    pub fn has_aux(&self) -> bool {
+        self.gate() == Gate::GeluTanh
     }
 
     /// Whether the accumulator is first scaled and multiplied by a mask tensor (dropout's
@@ -126,6 +140,7 @@ impl Epilogue {
             Epilogue::LeakyRelu => &[0.0],
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => &GELU_GRAD_CONSTANTS,
             Epilogue::SiluGrad => &SILU_GRAD_CONSTANTS,
+            Epilogue::GeluTanhGrad => &GELU_TANH_GRAD_CONSTANTS,
             Epilogue::Relu
             | Epilogue::Identity
             | Epilogue::ReluGrad
@@ -157,6 +172,12 @@ pub const GELU_GRAD_CONSTANTS: [f64; 9] = [
 /// `1` added, the second `neg`), then `sigmoid_backward`'s `neg` and the `1` added to it.
 pub const SILU_GRAD_CONSTANTS: [f64; 5] = [-1.0, 1.0, -1.0, -1.0, 1.0];
 
+/// The scalars of tanh GELU's backward under Burn 0.21's `Autodiff`, in the order of the
+/// `fused-matmul-gelu-tanh-grad` node: the forward's `0.5` (its `mul_scalar`'s backward), then
+/// `tanh`'s backward (`neg` as `mul_scalar(-1)`, the `1` added), the forward's `√(2/π)` and
+/// `0.044715`, and the `3` of `powf_scalar`'s backward (`mul_scalar(x · x, 3)`).
+pub const GELU_TANH_GRAD_CONSTANTS: [f64; 6] = [0.5, -1.0, 1.0, SQRT_2_OVER_PI, 0.044715, 3.0];
+
 /// What a backward epilogue does with its gate `g` (the forward's pre-activation, read element
 /// for element) and the accumulator `x` (`dy · Wᵀ`). The values are the codes of the CUDA
 /// kernels' `GATE_*` macros (`cuda/hypatia.cuh`; a test checks that the two agree).
@@ -177,6 +198,12 @@ pub enum Gate {
     /// `σ = exp(-ln(exp(-g) + 1))` recomputed (as `sigmoid`'s backward does):
     /// `x·s + (σ · (-σ + 1)) · (x·g)`. The kernels read `s` where dropout reads its mask.
     Silu = 3,
+    /// Tanh GELU's backward as Burn 0.21's `Autodiff` composes it from `gelu_approximate`'s
+    /// ops, with `u` the forward's saved `tanh(i) + 1` (the `mask` operand) and `i` the saved
+    /// tanh input (the `aux` operand), `t = tanh(i)` recomputed (as `tanh`'s backward does):
+    /// with `h = x·0.5`, `d = (h·g) · (-(t·t) + 1) · √(2/π)`,
+    /// `(d + h·u) + (d · 0.044715) · ((g·g) · 3)`.
+    GeluTanh = 4,
 }
 
 impl Gate {
@@ -280,6 +307,7 @@ mod tests {
             ("GATE_RELU", Gate::Relu),
             ("GATE_GELU", Gate::Gelu),
             ("GATE_SILU", Gate::Silu),
+            ("GATE_GELU_TANH", Gate::GeluTanh),
         ];
         for (name, gate) in gates {
             let line = (source.lines()).find(|l| l.starts_with(&format!("#define {name} ")));

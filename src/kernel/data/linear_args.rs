@@ -28,9 +28,12 @@ pub struct LinearArgs<R: CubeRuntime> {
     /// The gate of a backward epilogue ([`Epilogue::gated`]): the output's shape, rows
     /// contiguous or pitched (the Hopper kernel takes only contiguous ones).
     pub gate: Option<CubeTensor<R>>,
-    /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid, laid out as the gate
-    /// (the Hopper kernel takes only contiguous ones).
+    /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid (tanh GELU's saved
+    /// `tanh + 1`), laid out as the gate (the Hopper kernel takes only contiguous ones).
     pub mask: Option<CubeTensor<R>>,
+    /// Tanh GELU's saved tanh input ([`Epilogue::has_aux`]), laid out as the gate (the Hopper
+    /// kernel takes only contiguous ones).
+    pub aux: Option<CubeTensor<R>>,
     /// The activation's run-time parameters (see
     /// [`EpilogueInputs::params`](crate::kernel::EpilogueInputs::params)).
     pub params: [f32; 2],

@@ -106,8 +106,11 @@ pub struct EpilogueInputs<'a, R: Runtime> {
     /// The gate of a backward epilogue ([`Epilogue::gated`]), of the output's shape, rows
     /// contiguous or pitched (see [`check_gate`](super::check_gate)).
     pub gate: Option<&'a Operand<R>>,
-    /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid, laid out as the gate.
+    /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid (tanh GELU's saved
+    /// `tanh + 1`), laid out as the gate.
     pub mask: Option<&'a Operand<R>>,
+    /// Tanh GELU's saved tanh input ([`Epilogue::has_aux`]), laid out as the gate.
+    pub aux: Option<&'a Operand<R>>,
     /// The run-time parameters of the activation ([`Epilogue::parameters`]): LeakyReLU's
     /// slope, clamp's min and max, dropout's scale; unused entries are zero.
     pub params: [f32; 2],
@@ -124,6 +127,7 @@ impl<'a, R: Runtime> EpilogueInputs<'a, R> {
             bias,
             gate: None,
             mask: None,
+            aux: None,
             params: [0.0; 2],
             bias_grad: false,
         }

@@ -20,18 +20,20 @@ impl<R: CubeRuntime> LinearArgs<R> {
             && self.bias_grad.is_none()
     }
 
-    /// Calls `launch` with the epilogue and its bias, gate and mask as kernel operands.
+    /// Calls `launch` with the epilogue and its bias, gate, mask and aux as kernel operands.
     fn with_epilogue<T>(&self, launch: impl FnOnce(EpilogueInputs<'_, R>) -> T) -> T {
-        let (bias, gate, mask) = (
+        let (bias, gate, mask, aux) = (
             self.bias.as_ref().map(Self::operand),
             self.gate.as_ref().map(Self::operand),
             self.mask.as_ref().map(Self::operand),
+            self.aux.as_ref().map(Self::operand),
         );
         launch(EpilogueInputs {
             epilogue: self.epilogue,
             bias: bias.as_ref(),
             gate: gate.as_ref(),
             mask: mask.as_ref(),
+            aux: aux.as_ref(),
             params: self.params,
             bias_grad: self.bias_grad.is_some(),
         })
@@ -138,7 +140,7 @@ impl<R: CubeRuntime> LinearArgs<R> {
             )
         };
         format!(
-            "m{} n{} k{} {:?} x{} w{} b{} p{} g{} {:?}{} {:?} {:?}{}",
+            "m{} n{} k{} {:?} x{} w{} b{} p{} g{}{} {:?}{} {:?} {:?}{}",
             self.key_rows(),
             shape[shape.len() - 1],
             self.problem().k,
@@ -150,6 +152,10 @@ impl<R: CubeRuntime> LinearArgs<R> {
                 .map_or("-".into(), |b| format!("{:?}", b.meta.strides().last())),
             self.pre.is_some(),
             self.gate.as_ref().map_or("-".into(), layout),
+            // Tanh GELU's saved tanh input, read as the gate is (keys without one unchanged).
+            self.aux
+                .as_ref()
+                .map_or(String::new(), |a| format!(" a{}", layout(a))),
             self.epilogue,
             if self.bias_grad.is_some() { " db" } else { "" },
             self.choices.wgmma,

@@ -248,6 +248,9 @@ pub fn tensor_core_linear<R: CubeRuntime>(
         mask: epilogue
             .mask
             .map(|m| tensor(m.handle.clone(), m.shape.clone())),
+        aux: epilogue
+            .aux
+            .map(|a| tensor(a.handle.clone(), a.shape.clone())),
         out: new_output(),
         pre: write_pre.then(new_output),
         epilogue: epilogue.epilogue,

@@ -153,9 +153,16 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("a gate goes with a backward epilogue".into());
     }
     if args.epilogue.masked() != args.mask.is_some() {
-        return Err("a mask goes with dropout's or SiLU's backward".into());
+        return Err("a mask goes with dropout's, SiLU's or tanh GELU's backward".into());
     }
-    for (what, tensor) in [("gate", &args.gate), ("mask", &args.mask)] {
+    if args.epilogue.has_aux() != args.aux.is_some() {
+        return Err("an aux operand goes with tanh GELU's backward".into());
+    }
+    for (what, tensor) in [
+        ("gate", &args.gate),
+        ("mask", &args.mask),
+        ("aux", &args.aux),
+    ] {
         if let Some(t) = tensor
             && !is_contiguous(t.meta.shape(), t.meta.strides())
         {
@@ -269,6 +276,10 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         args.mask
             .as_ref()
             .map_or(out.clone(), |m| m.handle.clone())
+            .binding(),
+        args.aux
+            .as_ref()
+            .map_or(out.clone(), |a| a.handle.clone())
             .binding(),
         partials
             .as_ref()

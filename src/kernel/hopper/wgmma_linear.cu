@@ -99,8 +99,10 @@ struct Params {
 // A backward epilogue's second gate-shaped operand `mask`, read from global memory where the
 // thread stores (contiguous, as the gate): dropout's mask (DROPOUT: the value is scaled by
 // alpha and multiplied by it before the gate, as Burn's dropout backward does) or SiLU's saved
-// sigmoid (GATE_SILU: gate_grad's `s`).
-#define MASKED (DROPOUT || GATE == GATE_SILU)
+// sigmoid (GATE_SILU: gate_grad's `s`) or tanh GELU's saved tanh + 1 (GATE_GELU_TANH: the same).
+#define MASKED (DROPOUT || GATE == GATE_SILU || GATE == GATE_GELU_TANH)
+// A third, `aux`, read the same way: tanh GELU's saved tanh input (gate_grad's `i`).
+#define AUXED (GATE == GATE_GELU_TANH)
 
 // Makes a consumer's staged 64 × SUB tile (at `c_tile`) visible to the TMA unit, then one
 // thread stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA)
@@ -205,7 +207,8 @@ template <bool GATED, bool SUM_ROWS>
 __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* bias_s, u32 m0,
                                          u32 n0, u32 warp, u32 lane, ELEM* out, ELEM* pre,
                                          const ELEM* __restrict__ gate,
-                                         const ELEM* __restrict__ mask, float* row_sums,
+                                         const ELEM* __restrict__ mask,
+                                         const ELEM* __restrict__ aux, float* row_sums,
                                          const Params& p, bool write_pre, u32 c_tile, u32 sub) {
     const u32 row_local0 = warp * 16 + lane / 4;
     const u32 row0 = m0 + row_local0;
@@ -217,9 +220,13 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
     for (int j0 = sub * (SUB / 8); j0 < (sub + 1) * (SUB / 8); j0 += BATCH) {
         float g[BATCH][4];
         float mk[BATCH][4];
+        float ax[BATCH][4];
         float sums[BATCH][2];
         if (MASKED) {
             load_where_stored(mask, mk, row0, n0, j0, lane, p);
+        }
+        if (AUXED) {
+            load_where_stored(aux, ax, row0, n0, j0, lane, p);
         }
         if (GATED && !TMA_STORE) {
             load_where_stored(gate, g, row0, n0, j0, lane, p);
@@ -265,11 +272,14 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
 #endif
                 if (GATED) {
                     // An activation's backward at the forward's pre-activation (`GATE`), SiLU's
-                    // with its saved sigmoid.
-                    const float s0 = GATE == GATE_SILU ? mk[jj][h * 2] : 0.0f;
-                    const float s1 = GATE == GATE_SILU ? mk[jj][h * 2 + 1] : 0.0f;
-                    v0 = gate_grad(v0, g[jj][h * 2], s0, GATE);
-                    v1 = gate_grad(v1, g[jj][h * 2 + 1], s1, GATE);
+                    // with its saved sigmoid, tanh GELU's with its saved tanh + 1 and tanh input.
+                    const bool saves = GATE == GATE_SILU || GATE == GATE_GELU_TANH;
+                    const float s0 = saves ? mk[jj][h * 2] : 0.0f;
+                    const float s1 = saves ? mk[jj][h * 2 + 1] : 0.0f;
+                    const float i0 = AUXED ? ax[jj][h * 2] : 0.0f;
+                    const float i1 = AUXED ? ax[jj][h * 2 + 1] : 0.0f;
+                    v0 = gate_grad(v0, g[jj][h * 2], s0, i0, GATE);
+                    v1 = gate_grad(v1, g[jj][h * 2 + 1], s1, i1, GATE);
                 }
                 ELEM2 packed = PACK2(v0, v1);
                 if (SUM_ROWS && inside) {
@@ -336,6 +346,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
     ELEM* pre,
     const ELEM* __restrict__ gate,
     const ELEM* __restrict__ mask, // out when the epilogue reads none (MASKED)
+    const ELEM* __restrict__ aux,  // out when the epilogue reads none (AUXED)
     float* row_sums,
     const __grid_constant__ Params p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -577,16 +588,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #endif
                 if (gated && sum_rows) {
                     epilogue<true, true>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                         mask, row_sums, p, write_pre, c_tile, sub);
+                                         mask, aux, row_sums, p, write_pre, c_tile, sub);
                 } else if (gated) {
                     epilogue<true, false>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                          mask, row_sums, p, write_pre, c_tile, sub);
+                                          mask, aux, row_sums, p, write_pre, c_tile, sub);
                 } else if (sum_rows) {
                     epilogue<false, true>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                          mask, row_sums, p, write_pre, c_tile, sub);
+                                          mask, aux, row_sums, p, write_pre, c_tile, sub);
                 } else {
                     epilogue<false, false>(d[h], bias_s, rows, n0, warp, lane, out, pre, gate,
-                                           mask, row_sums, p, write_pre, c_tile, sub);
+                                           mask, aux, row_sums, p, write_pre, c_tile, sub);
                 }
 #if TMA_STORE
                 // One thread stores the staged sub-tile and moves on without waiting.

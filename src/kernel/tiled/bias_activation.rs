@@ -7,7 +7,7 @@ use cubecl::prelude::*;
 ///
 /// The split execution's second half: `input` is the inner backend's matmul output, read
 /// through its strides (a swapped view is fine); `out` and `pre` are contiguous with the same
-/// shape, `gate` and `mask` their `[rows, n]` views (see [`store_epilogue()`]); `bias` is a rank-1 view of the
+/// shape, `gate`, `mask` and `aux` their `[rows, n]` views (see [`store_epilogue()`]); `bias` is a rank-1 view of the
 /// last dim. Absent tensors are dummies.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -16,6 +16,7 @@ pub fn bias_activation_kernel<F: Float>(
     bias: &Tensor<F>,
     gate: &Tensor<F>,
     mask: &Tensor<F>,
+    aux: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
     alpha: f32,
@@ -38,6 +39,6 @@ pub fn bias_activation_kernel<F: Float>(
     let col = index % out.shape(rank - 1);
     let value = f32::cast_from(input[offset]);
     store_epilogue::<F>(
-        value, col, index, bias, gate, mask, out, pre, alpha, beta, flags,
+        value, col, index, bias, gate, mask, aux, out, pre, alpha, beta, flags,
     );
 }

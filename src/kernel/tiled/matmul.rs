@@ -34,7 +34,7 @@ pub const CUBE_SIDE: usize = 16;
 /// `out = epilogue(lhs · rhs + bias)`, and `pre = lhs · rhs + bias` when `write_pre`.
 ///
 /// The operands and outputs have the output's rank; broadcast batch dims have stride 0. `bias`
-/// is a rank-1 view of length `n`, `gate` and `mask` the `[rows, n]` views [`store_epilogue()`]
+/// is a rank-1 view of length `n`, `gate`, `mask` and `aux` the `[rows, n]` views [`store_epilogue()`]
 /// reads; absent
 /// tensors (per `flags`) are dummies. Accumulates in f32 whatever the storage type. With
 /// `flags.row_sums`, each unit writes the column sums of its [`UNIT_M`] stored rows to
@@ -48,6 +48,7 @@ pub fn fused_linear_kernel<F: Float>(
     bias: &Tensor<F>,
     gate: &Tensor<F>,
     mask: &Tensor<F>,
+    aux: &Tensor<F>,
     out: &mut Tensor<F>,
     pre: &mut Tensor<F>,
     row_sums: &mut Tensor<f32>,
@@ -166,6 +167,7 @@ pub fn fused_linear_kernel<F: Float>(
                     bias,
                     gate,
                     mask,
+                    aux,
                     out,
                     pre,
                     alpha,

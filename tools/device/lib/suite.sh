@@ -56,6 +56,9 @@ half_f16-prop-silu-backward|lib|--exact suite::half::f16::silu_backward_properti
 half_bf16-prop-silu-backward|lib|--exact suite::half::bf16::silu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
 lib-prop-gelu-backward|lib|suite::property_tests::gelu_backward|PROPTEST_CASES=4
 lib-prop-silu-backward|lib|suite::property_tests::silu_backward|PROPTEST_CASES=4
+half_f16-prop-gelu-tanh-backward|lib|--exact suite::half::f16::gelu_tanh_backward_properties_hold --include-ignored|PROPTEST_CASES=3
+half_bf16-prop-gelu-tanh-backward|lib|--exact suite::half::bf16::gelu_tanh_backward_properties_hold --include-ignored|PROPTEST_CASES=3
+lib-prop-gelu-tanh-backward|lib|suite::property_tests::gelu_tanh_backward|PROPTEST_CASES=4
 lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=1
 lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
 half_f16-prop-chains|lib|--exact suite::half::f16::chain_properties_hold --include-ignored
