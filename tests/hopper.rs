@@ -698,7 +698,7 @@ fn wgmma_linear_matches_f64_reference_tf32() {
 /// Tiny and odd problems (`m, k, n` from 1 to 65, `k` of 1, 5 and 45): forward with bias,
 /// pre-activation and NaN/±Inf, rank 3, ReLU's, GELU's (through dropout too) and SiLU's backward
 /// `dy · Wᵀ` gated, and weight gradients `xᵀ · dy`.
-const TINY: [Case; 12] = [
+const TINY: [Case; 13] = [
     case(1, 1, 1),
     Case {
         lead: 2,

@@ -81,7 +81,7 @@ pub fn gate_grad(value: f32, gate: f32, saved: f32, aux: f32, #[comptime] kind: 
         // (`mul_scalar(x · x, 3)`), summed in the order `Autodiff` adds them.
         let half = value * 0.5f32;
         let tanh = f32::tanh(aux);
-        let inner = half * gate * (tanh * tanh * -1.0f32 + 1.0f32) * GELU_TANH_SCALE;
+        let inner = half * gate * (-(tanh * tanh) + 1.0f32) * GELU_TANH_SCALE;
         out = inner + half * saved + inner * 0.044715f32 * (gate * gate * 3.0f32);
     }
     out
