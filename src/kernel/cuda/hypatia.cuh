@@ -76,7 +76,7 @@ __device__ __forceinline__ float gate_grad(float v, float g, float s, float i, u
         // and powf_scalar's (g · g · 3), summed in the order the gradients arrive.
         const float h = v * 0.5f;
         const float t = tanhf(i);
-        const float d = ((h * g) * ((t * t) * -1.0f + 1.0f)) * 0.7978845608f;
+        const float d = ((h * g) * (-(t * t) + 1.0f)) * 0.7978845608f;
         return (d + h * s) + (d * 0.044715f) * ((g * g) * 3.0f);
     }
     default:
