@@ -218,4 +218,6 @@ mod book {
     struct Decision0026;
     #[doc = include_str!("../docs/decisions/0027-rounded-where-burn-rounds.md")]
     struct Decision0027;
+    #[doc = include_str!("../docs/decisions/0028-gelu-tanh-backward.md")]
+    struct Decision0028;
 }
