@@ -184,23 +184,29 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
             .any(|reader| !ops.contains(&reader))
             || window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly)
     };
-    let pre_kept = pre.filter(|&p| is_kept(p));
     let mut recomputed = BTreeSet::new();
     for &index in &ops {
         let value = window.ops()[index].out().id;
         if value == candidate.root || Some(value) == pre || !is_kept(value) {
             continue;
         }
-        let ops = pre_kept
+        let ops = pre
             .and_then(|pre| from_pre(window, value, pre, &ops))
             .ok_or(Reason::KeepsIntermediate)?;
         recomputed.extend(ops);
     }
+    // The step writes the pre-activation where something after it reads it, and where the
+    // values it keeps are recomputed from it though nothing keeps it (LeakyReLU's mask under
+    // `Autodiff`): burn-fusion frees it after the block, as the last of the block's ops to read
+    // it says (decision record 0023).
+    let pre_written = pre
+        .filter(|&p| is_kept(p))
+        .or(pre.filter(|_| !recomputed.is_empty()));
     Ok(Covered {
         position: position(window, candidate, &ops),
         candidate: candidate.clone(),
         ops,
-        pre: pre_kept,
+        pre: pre_written,
         matmul_out,
         matmul_ops,
         bias_grad: None,

@@ -365,8 +365,8 @@ fn linear_without_bias_then_gelu() {
 
 /// Under `Autodiff` every activation trains as on Burn: the gradients of x, w and b equal
 /// `Autodiff<Plain>`'s. Which forwards fuse there depends on what Autodiff keeps for its
-/// backward: ReLU, GELU, tanh GELU and SiLU do (asserted), the others are printed (see the
-/// book's "What fuses").
+/// backward: ReLU, GELU, tanh GELU, SiLU and LeakyReLU do (asserted), the others are printed
+/// (see the book's "What fuses").
 #[test]
 fn gradients_match_burn_under_autodiff() {
     let _serial = serial();
@@ -400,11 +400,52 @@ fn gradients_match_burn_under_autodiff() {
         let ran = hypatia::stats(&device).executed(pattern) - before;
         eprintln!("{act:?} under Autodiff: {pattern} ran {ran} time(s)");
         // Autodiff's own relu and gelu keep only the pre-activation, which the kernel writes;
-        // tanh GELU and SiLU are composed at the autodiff level and keep values of the
-        // pre-activation alone, which Burn's ops compute from the written one (decision record
-        // 0023).
-        if matches!(act, Act::Gelu | Act::Relu | Act::GeluTanh | Act::Silu) {
+        // tanh GELU, SiLU and LeakyReLU are composed at the autodiff level and keep values of
+        // the pre-activation alone (LeakyReLU only its mask), which Burn's ops compute from the
+        // written one (decision record 0023).
+        if matches!(
+            act,
+            Act::Gelu | Act::Relu | Act::GeluTanh | Act::Silu | Act::LeakyRelu(_)
+        ) {
             assert_eq!(ran, 1, "{act:?} must fuse under Autodiff");
         }
     }
+}
+
+/// Linear + LeakyReLU under `Autodiff` writes its pre-activation for the kept mask's
+/// recomputation alone, which burn-fusion frees after the block (decision record 0023):
+/// repeated training steps leave device memory flat (a leaked 256 × 1024 f32 pre-activation
+/// would add 1 MiB a step).
+#[test]
+fn leaky_relu_under_autodiff_frees_its_pre_activation() {
+    use burn::backend::Autodiff;
+    use cubecl::Runtime as _;
+    let _serial = serial();
+    type B = Autodiff<Fused>;
+    let device = device();
+    let bytes_in_use = || {
+        Fused::sync(&device).expect("sync");
+        let client = Runtime::client(&device);
+        client.memory_usage().expect("memory usage").bytes_in_use
+    };
+    let w = Tensor::<B, 2>::from_data(data(61, &[64, 1024], 0.1), &device).require_grad();
+    let step = |seed: u64| {
+        let x = Tensor::<B, 2>::from_data(data(seed, &[256, 64], 1.0), &device);
+        let y = activation::leaky_relu(x.matmul(w.clone()), 0.2);
+        let grads = (y.clone() * y).sum().backward();
+        w.grad(&grads).expect("w grad").into_data()
+    };
+    let pattern = FusedPattern::LinearLeakyRelu;
+    let before = hypatia::stats(&device).executed(pattern);
+    (0..5).for_each(|i| drop(step(70 + i)));
+    let warm = bytes_in_use();
+    (5..25).for_each(|i| drop(step(70 + i)));
+    let after = bytes_in_use();
+    let ran = hypatia::stats(&device).executed(pattern) - before;
+    eprintln!("bytes in use after 5 steps: {warm}, after 25: {after}");
+    assert_eq!(ran, 25, "Linear + LeakyReLU fused in every step");
+    assert!(
+        after <= warm + (4 << 20),
+        "device memory grows: {warm} bytes in use after 5 steps, {after} after 25"
+    );
 }

@@ -238,19 +238,27 @@ fn claims_silu_whose_sigmoid_is_kept() {
     }
 }
 
-/// A kept value the pre-activation alone does not make stays a reason to decline: the sigmoid
-/// of a pre-activation nothing keeps (the step would not write it), and one of the matmul's
-/// output before the bias.
+/// A value kept from a pre-activation nothing keeps (as `Autodiff` keeps LeakyReLU's mask, not
+/// its input): the step writes the pre-activation for the recomputed ops alone (decision record
+/// 0023).
 #[test]
-fn declines_kept_values_not_made_from_a_kept_pre_activation() {
+fn claims_kept_values_of_a_pre_activation_nothing_keeps() {
     let mut ir = IrBuilder::new();
     let (x, w, b) = operands(&mut ir, &[17, 33]);
     let pre = ir.linear(x, w, Some(b));
     let sigmoid = ir.sigmoid(pre);
     let y = ir.mul(pre, sigmoid);
     ir.keep(sigmoid);
-    assert_eq!(plan(&ir, &[y]), Claim::Declined(Reason::KeepsIntermediate));
+    let (_, step) = single_step(plan(&ir, &[y]));
+    assert_eq!(step.epilogue, Epilogue::Silu);
+    assert_eq!(step.pre, Some(id(pre)), "written for the recomputation");
+    assert_eq!(step.recomputed.len(), 8, "{step:?}");
+}
 
+/// A kept value the pre-activation alone does not make stays a reason to decline: one of the
+/// matmul's output before the bias.
+#[test]
+fn declines_kept_values_not_made_from_the_pre_activation() {
     let mut ir = IrBuilder::new();
     let (x, w, b) = operands(&mut ir, &[17, 33]);
     let out = ir.matmul(x, w);
