@@ -184,6 +184,7 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
             .any(|reader| !ops.contains(&reader))
             || window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly)
     };
+    let pre_kept = pre.filter(|&p| is_kept(p));
     let mut recomputed = BTreeSet::new();
     for &index in &ops {
         let value = window.ops()[index].out().id;
@@ -193,15 +194,19 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
         let ops = pre
             .and_then(|pre| from_pre(window, value, pre, &ops))
             .ok_or(Reason::KeepsIntermediate)?;
+        // Where nothing keeps the pre-activation, the step writes it only for values computed
+        // from it (LeakyReLU's mask under `Autodiff`); a kept view of an operand (a bias
+        // reshape) leaves the step to decline as before.
+        let reads_pre = |&i: &usize| window.ops()[i].inputs.iter().any(|t| Some(t.id) == pre);
+        if pre_kept.is_none() && !ops.iter().any(reads_pre) {
+            return Err(Reason::KeepsIntermediate);
+        }
         recomputed.extend(ops);
     }
     // The step writes the pre-activation where something after it reads it, and where the
-    // values it keeps are recomputed from it though nothing keeps it (LeakyReLU's mask under
-    // `Autodiff`): burn-fusion frees it after the block, as the last of the block's ops to read
-    // it says (decision record 0023).
-    let pre_written = pre
-        .filter(|&p| is_kept(p))
-        .or(pre.filter(|_| !recomputed.is_empty()));
+    // values it keeps are recomputed from it though nothing keeps it: burn-fusion frees it
+    // after the block, as the last of the block's ops to read it says (decision record 0023).
+    let pre_written = pre_kept.or(pre.filter(|_| !recomputed.is_empty()));
     Ok(Covered {
         position: position(window, candidate, &ops),
         candidate: candidate.clone(),
