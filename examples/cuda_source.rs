@@ -211,6 +211,8 @@ fn main() {
                 activation: act.activation(),
                 gate: act.gate(),
                 dropout: false,
+                // CUDA stores bools as u8.
+                bool_gate_bytes: act.gate().is_bool() as u8,
             };
             match &kernel {
                 Some(kernel) => source.source_with(kernel),

@@ -220,4 +220,6 @@ mod book {
     struct Decision0027;
     #[doc = include_str!("../docs/decisions/0028-gelu-tanh-backward.md")]
     struct Decision0028;
+    #[doc = include_str!("../docs/decisions/0029-leaky-relu-backward.md")]
+    struct Decision0029;
 }

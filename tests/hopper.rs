@@ -17,7 +17,7 @@
 mod common;
 
 use burn::backend::cuda::CudaDevice;
-use burn_backend::DType;
+use burn_backend::{BoolStore, DType};
 use burn_cubecl::tensor::CubeTensor;
 use burn_std::{Metadata, Shape, Strides};
 use common::serial;
@@ -107,6 +107,16 @@ const fn gelu_tanh_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
     }
 }
 
+/// LeakyReLU's backward, laid out as [`relu_grad`], its gate the forward's saved bool mask
+/// (u8, as CUDA stores bools; one element 2, which is true as any nonzero byte) and its slope
+/// the first parameter.
+const fn leaky_relu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
+    Case {
+        epilogue: Epilogue::LeakyReluGrad,
+        ..relu_grad(m, k, n, specials)
+    }
+}
+
 /// `epilogue`'s backward (ReLU's or GELU's) through dropout: the product scaled by the first
 /// parameter and multiplied by a 0/1 mask before the gate.
 const fn dropout_grad(m: usize, k: usize, n: usize, epilogue: Epilogue) -> Case {
@@ -116,7 +126,7 @@ const fn dropout_grad(m: usize, k: usize, n: usize, epilogue: Epilogue) -> Case 
     }
 }
 
-const CASES: [Case; 31] = [
+const CASES: [Case; 33] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -188,6 +198,8 @@ const CASES: [Case; 31] = [
     silu_grad(2176, 64, 2048, false),
     gelu_tanh_grad(300, 264, 1000, true),
     gelu_tanh_grad(2176, 64, 2048, false),
+    leaky_relu_grad(300, 264, 1000, true),
+    leaky_relu_grad(2176, 64, 2048, false),
     dropout_grad(300, 264, 1000, Epilogue::ReluGradDropout),
     dropout_grad(2176, 64, 2048, Epilogue::ReluGradDropout),
     dropout_grad(33, 1024, 4096, Epilogue::GeluGradDropout),
@@ -343,15 +355,27 @@ impl Device {
         shape: Vec<usize>,
         strides: Vec<usize>,
     ) -> CubeTensor<CudaRuntime> {
+        self.upload_as(bits, H::SIZE, H::DTYPE, shape, strides)
+    }
+
+    /// `bits` as elements of `size` bytes, of `dtype`.
+    fn upload_as(
+        &self,
+        bits: &[u32],
+        size: usize,
+        dtype: DType,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+    ) -> CubeTensor<CudaRuntime> {
         let bytes: Vec<u8> = (bits.iter())
-            .flat_map(|b| b.to_le_bytes().into_iter().take(H::SIZE))
+            .flat_map(|b| b.to_le_bytes().into_iter().take(size))
             .collect();
         CubeTensor::new(
             self.client.clone(),
             self.client.create_from_slice(&bytes),
             Metadata::new(Shape::from(shape), Strides::new(&strides)),
             self.device.clone(),
-            H::DTYPE,
+            dtype,
         )
     }
 
@@ -486,6 +510,11 @@ fn prepare<H: Float>(c: Case) -> Prepared {
             row.iter_mut().zip(&b).for_each(|(r, &bv)| *r += bv);
         }
     }
+    // LeakyReLU's gate is its saved bool mask: 0 or 1, and one 2 (true, as any nonzero byte).
+    if c.epilogue == Epilogue::LeakyReluGrad {
+        gate = gate.iter().map(|&g| (g < 0.0) as u8 as f64).collect();
+        gate[1] = 2.0;
+    }
     // The gate as stored, and the second operand: SiLU's saved sigmoid of it (rounded as the
     // forward stores it), tanh GELU's saved tanh + 1 of its saved tanh input (the third),
     // else a 0/1 dropout mask.
@@ -523,6 +552,8 @@ fn prepare<H: Float>(c: Case) -> Prepared {
             Epilogue::GeluGradDropout => common::gelu_grad_reference(g) * (v * scale * s),
             Epilogue::SiluGrad => common::silu_grad_with_saved(g, s, v),
             Epilogue::GeluTanhGrad => common::gelu_tanh_grad_with_saved(g, s, i, v),
+            Epilogue::LeakyReluGrad if g != 0.0 => v * PARAMS[0] as f64,
+            Epilogue::LeakyReluGrad => v,
             epilogue => activation(epilogue, v),
         })
         .collect();
@@ -535,7 +566,10 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         x: (x_pitched, x_shape, x_strides),
         w: (w_bits, w_shape, lead_strides),
         bias: bb,
-        gate: round(&gate),
+        gate: match c.epilogue {
+            Epilogue::LeakyReluGrad => gate.iter().map(|&g| g as u32).collect(),
+            _ => round(&gate),
+        },
         mask: round(&mask),
         aux: round(&aux),
         out_shape,
@@ -582,7 +616,16 @@ fn run_args<H: Float>(
         out: output(),
         pre: c.pre.then(output),
         epilogue: c.epilogue,
-        gate: gated.then(|| dev.upload::<H>(&p.gate, p.out_shape.clone(), out_strides.clone())),
+        gate: gated.then(|| match c.epilogue.gate().is_bool() {
+            true => dev.upload_as(
+                &p.gate,
+                1,
+                DType::Bool(BoolStore::U8),
+                p.out_shape.clone(),
+                out_strides.clone(),
+            ),
+            false => dev.upload::<H>(&p.gate, p.out_shape.clone(), out_strides.clone()),
+        }),
         mask: (c.epilogue.masked())
             .then(|| dev.upload::<H>(&p.mask, p.out_shape.clone(), out_strides.clone())),
         aux: (c.epilogue.has_aux())
@@ -698,7 +741,7 @@ fn wgmma_linear_matches_f64_reference_tf32() {
 /// Tiny and odd problems (`m, k, n` from 1 to 65, `k` of 1, 5 and 45): forward with bias,
 /// pre-activation and NaN/±Inf, rank 3, ReLU's, GELU's (through dropout too) and SiLU's backward
 /// `dy · Wᵀ` gated, and weight gradients `xᵀ · dy`.
-const TINY: [Case; 13] = [
+const TINY: [Case; 14] = [
     case(1, 1, 1),
     Case {
         lead: 2,
@@ -714,6 +757,7 @@ const TINY: [Case; 13] = [
     gelu_grad(17, 45, 33, true),
     silu_grad(17, 45, 33, true),
     gelu_tanh_grad(17, 45, 33, true),
+    leaky_relu_grad(17, 45, 33, true),
     dropout_grad(33, 5, 64, Epilogue::GeluGradDropout),
     Case {
         lead: 3,

@@ -146,7 +146,8 @@ pub fn launch_linear(
         0.0,
         0.0,
         flags,
-        burn_backend::cubecl::dtype_to_storage_type(dtype),
+        // No gate: the dummy gate is of the output's type.
+        [burn_backend::cubecl::dtype_to_storage_type(dtype); 2],
     );
     out
 }

@@ -269,7 +269,8 @@ pub enum Pattern {
     /// ReLU's backward `mask_fill(dy · Wᵀ, pre <= 0, 0)`.
     MatmulReluGrad,
     /// The backward of the activations other than ReLU (GELU's `gelu_backward(pre, dy · Wᵀ)`,
-    /// SiLU's gradient of `x · sigmoid(x)`, tanh GELU's of `gelu_approximate`'s ops).
+    /// SiLU's gradient of `x · sigmoid(x)`, tanh GELU's of `gelu_approximate`'s ops,
+    /// LeakyReLU's of `mask_where(x, x < 0, x · slope)`).
     MatmulActivationGrads,
     /// Linear + bias + ReLU.
     LinearRelu,

@@ -36,6 +36,9 @@ pub enum FusedPattern {
     /// Tanh GELU's backward: `Autodiff`'s gradient of `gelu_approximate`'s ops through
     /// `dy · Wᵀ`.
     MatmulGeluTanhGrad,
+    /// LeakyReLU's backward: `Autodiff`'s gradient of `mask_where(x, x < 0, x · slope)` through
+    /// `dy · Wᵀ`.
+    MatmulLeakyReluGrad,
     /// A run of layers as one MLP-chain launch (each layer also counts as `chained` in its
     /// own pattern).
     MlpChain,
@@ -43,7 +46,7 @@ pub enum FusedPattern {
 
 impl FusedPattern {
     /// Every pattern.
-    pub const ALL: [FusedPattern; 13] = [
+    pub const ALL: [FusedPattern; 14] = [
         FusedPattern::Linear,
         FusedPattern::LinearRelu,
         FusedPattern::LinearGelu,
@@ -56,6 +59,7 @@ impl FusedPattern {
         FusedPattern::MatmulGeluGrad,
         FusedPattern::MatmulSiluGrad,
         FusedPattern::MatmulGeluTanhGrad,
+        FusedPattern::MatmulLeakyReluGrad,
         FusedPattern::MlpChain,
     ];
 
@@ -74,6 +78,7 @@ impl FusedPattern {
             FusedPattern::MatmulGeluGrad => "matmul-gelu-grad",
             FusedPattern::MatmulSiluGrad => "matmul-silu-grad",
             FusedPattern::MatmulGeluTanhGrad => "matmul-gelu-tanh-grad",
+            FusedPattern::MatmulLeakyReluGrad => "matmul-leaky-relu-grad",
             FusedPattern::MlpChain => "mlp-chain",
         }
     }

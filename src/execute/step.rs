@@ -10,7 +10,7 @@ use crate::config::{HypatiaConfig, VerifyMode};
 use crate::kernel::EngineChoices;
 use crate::kernel::engine::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, LinearOutputs, check_gate, check_linear, launch_bias_activation,
+    EpilogueInputs, Gate, LinearOutputs, check_gate, check_linear, launch_bias_activation,
     launch_fused_linear,
 };
 use crate::plan::{FusedLinear, TensorRef};
@@ -192,8 +192,16 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
     let gate = gate.map(|t| operand(context, &t));
     let mask = mask.map(|t| operand(context, &t));
     let aux = aux.map(|t| operand(context, &t));
-    for gate in gate.iter().chain(&mask).chain(&aux) {
-        check_gate(gate, &problem.out_shape, problem.dtype)?;
+    if let Some(gate) = &gate {
+        check_gate(
+            gate,
+            step.epilogue.gate(),
+            &problem.out_shape,
+            problem.dtype,
+        )?;
+    }
+    for saved in mask.iter().chain(&aux) {
+        check_gate(saved, Gate::Relu, &problem.out_shape, problem.dtype)?;
     }
     let client = context
         .handles

@@ -45,12 +45,20 @@ pub fn activate(value: f32, alpha: f32, beta: f32, #[comptime] activation: Activ
     out
 }
 
-/// An activation's backward at the forward's pre-activation `gate`, applied to `value`
-/// (`dy · Wᵀ`), in f32, with Burn's ops in Burn's order (see [`Gate`]). `saved` is SiLU's
-/// saved sigmoid or tanh GELU's saved `tanh + 1` (read from the `mask` operand), `aux` tanh
-/// GELU's saved tanh input (the `aux` operand); the other gates read neither.
+/// An activation's backward at the forward's pre-activation `gate` (LeakyReLU's: its saved
+/// mask, nonzero where true), applied to `value` (`dy · Wᵀ`), in f32, with Burn's ops in
+/// Burn's order (see [`Gate`]). `saved` is SiLU's saved sigmoid or tanh GELU's saved
+/// `tanh + 1` (read from the `mask` operand), `aux` tanh GELU's saved tanh input (the `aux`
+/// operand), `alpha` LeakyReLU's slope; the other gates read none of them.
 #[cube]
-pub fn gate_grad(value: f32, gate: f32, saved: f32, aux: f32, #[comptime] kind: Gate) -> f32 {
+pub fn gate_grad(
+    value: f32,
+    gate: f32,
+    saved: f32,
+    aux: f32,
+    alpha: f32,
+    #[comptime] kind: Gate,
+) -> f32 {
     let mut out = value;
     if comptime![kind == Gate::Relu] {
         out = select(gate <= 0.0f32, 0.0f32, value);
@@ -84,13 +92,19 @@ pub fn gate_grad(value: f32, gate: f32, saved: f32, aux: f32, #[comptime] kind: 
         let inner = half * gate * (-(tanh * tanh) + 1.0f32) * GELU_TANH_SCALE;
         out = inner + half * saved + inner * 0.044715f32 * (gate * gate * 3.0f32);
     }
+    if comptime![kind == Gate::LeakyRelu] {
+        // `mask_where`'s gradients against zeros, the second scaled by `mul_scalar`'s
+        // backward, then added (decision record 0029); one of the two terms is a zero.
+        let negative = gate != 0.0f32;
+        out = select(negative, 0.0f32, value) + select(negative, value, 0.0f32) * alpha;
+    }
     out
 }
 
 /// The index in a `[rows, n]` tensor whose rows may be pitched (row stride `stride(0)`) of
 /// the element at contiguous `offset`'s row and column `col`.
 #[cube]
-fn pitched_at<F: Float>(tensor: &Tensor<F>, offset: usize, col: usize) -> usize {
+fn pitched_at<T: CubePrimitive>(tensor: &Tensor<T>, offset: usize, col: usize) -> usize {
     offset / tensor.shape(1) * tensor.stride(0) + col
 }
 
@@ -104,16 +118,17 @@ pub(crate) fn round<F: Float>(value: f32) -> f32 {
 /// `write_pre`, applies the activation or the gate's backward (after dropout's, with its
 /// `mask`), writes `out`. `out` and `pre` are contiguous with the output's shape and written
 /// at `offset`; `gate` and `mask` are `[rows, n]` through their row strides (rows may be
-/// pitched), read at `offset`'s row and `col`, as is `aux`. Returns the value
-/// stored, as f32 (what a sum over the stored output adds up).
+/// pitched), read at `offset`'s row and `col`, as is `aux`. The gate's type `G` is `F`, or
+/// a bool's storage integer for a [bool gate](Gate::is_bool). Returns the value stored, as
+/// f32 (what a sum over the stored output adds up).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub fn store_epilogue<F: Float>(
+pub fn store_epilogue<F: Float, G: Numeric>(
     accumulator: f32,
     col: usize,
     offset: usize,
     bias: &Tensor<F>,
-    gate: &Tensor<F>,
+    gate: &Tensor<G>,
     mask: &Tensor<F>,
     aux: &Tensor<F>,
     out: &mut Tensor<F>,
@@ -140,7 +155,7 @@ pub fn store_epilogue<F: Float>(
     if comptime![flags.gate != Gate::None] {
         let mut saved = 0.0f32;
         let mut aux_value = 0.0f32;
-        if comptime![flags.gate == Gate::Silu || flags.gate == Gate::GeluTanh] {
+        if comptime![flags.gate.reads_saved()] {
             saved = f32::cast_from(mask[pitched_at(mask, offset, col)]);
         }
         if comptime![flags.gate == Gate::GeluTanh] {
@@ -152,6 +167,7 @@ pub fn store_epilogue<F: Float>(
             f32::cast_from(gate[at]),
             saved,
             aux_value,
+            alpha,
             flags.gate,
         );
     }

@@ -131,8 +131,8 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
     };
     let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
         // SiLU's gradient reads the matmul twice (`g · s`, `g · x`), tanh GELU's reads its
-        // half twice: the side is the matmul's own output.
-        Epilogue::SiluGrad | Epilogue::GeluTanhGrad => {
+        // half twice, LeakyReLU's masks it twice: the side is the matmul's own output.
+        Epilogue::SiluGrad | Epilogue::GeluTanhGrad | Epilogue::LeakyReluGrad => {
             let matmul = (ops.iter())
                 .find(|&&i| window.ops()[i].kind == OpKind::Matmul)
                 .ok_or(Reason::NoMatch)?;

@@ -51,6 +51,7 @@ impl CostModel {
             | TensorLang::FusedMatmulGeluGradDropout(_)
             | TensorLang::FusedMatmulSiluGrad(_)
             | TensorLang::FusedMatmulGeluTanhGrad(_)
+            | TensorLang::FusedMatmulLeakyReluGrad(_)
             | TensorLang::FusedLinear(_)
             | TensorLang::FusedLinearGelu(_)
             | TensorLang::FusedLinearGeluTanh(_)

@@ -43,6 +43,9 @@ define_language! {
         // `tanh + 1`, the saved tanh input, then the scalars of `Epilogue::GeluTanhGrad`'s
         // constants.
         "fused-matmul-gelu-tanh-grad" = FusedMatmulGeluTanhGrad([Id; 11]),
+        // LeakyReLU's backward: x, w, the gate (the forward's saved bool mask `pre < 0`), then
+        // the slope.
+        "fused-matmul-leaky-relu-grad" = FusedMatmulLeakyReluGrad([Id; 4]),
         // Elementwise ops of Burn's activations (their scalars are children).
         "mul" = Mul([Id; 2]),
         "mul-scalar" = MulScalar([Id; 2]),
@@ -104,6 +107,7 @@ impl TensorLang {
             TensorLang::FusedMatmulGeluGradDropout(_) => Epilogue::GeluGradDropout,
             TensorLang::FusedMatmulSiluGrad(_) => Epilogue::SiluGrad,
             TensorLang::FusedMatmulGeluTanhGrad(_) => Epilogue::GeluTanhGrad,
+            TensorLang::FusedMatmulLeakyReluGrad(_) => Epilogue::LeakyReluGrad,
             TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
             TensorLang::FusedLinearSilu(_) => Epilogue::Silu,

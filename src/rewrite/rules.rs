@@ -76,6 +76,9 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         // d = ((h · x) · (-(tanh(i)²) + 1)) · √(2/π), `(d + h · u) + (d · 0.044715) · ((x · x) · 3)`.
         rewrite!("gelu-tanh-grad-to-fused"; "(add (add (mul-scalar (mul (mul (mul-scalar (matmul ?a ?w) ?h) ?x) (add-scalar (mul-scalar (mul (tanh ?i) (tanh ?i)) ?neg) ?one)) ?c) (mul (mul-scalar (matmul ?a ?w) ?h) ?u)) (mul (mul-scalar (mul-scalar (mul (mul (mul-scalar (matmul ?a ?w) ?h) ?x) (add-scalar (mul-scalar (mul (tanh ?i) (tanh ?i)) ?neg) ?one)) ?c) ?k) (mul-scalar (mul ?x ?x) ?three)))" => "(fused-matmul-gelu-tanh-grad ?a ?w ?x ?u ?i ?h ?neg ?one ?c ?k ?three)" if gates_output(&["?x", "?u", "?i"], &["?a", "?w", "?x", "?u", "?i"])),
         rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output(&["?g"], &["?x", "?w", "?g"])),
+        // LeakyReLU's backward (`Autodiff` of `mask_where(x, m, x · slope)`, m its saved
+        // `x < 0`, g = dy · Wᵀ): `mask_where(g, m, 0) + mask_where(0, m, g) · slope`.
+        rewrite!("leaky-relu-grad-to-fused"; "(add (mask-where (matmul ?a ?w) ?m ?z) (mul-scalar (mask-where ?z2 ?m (matmul ?a ?w)) ?slope))" => "(fused-matmul-leaky-relu-grad ?a ?w ?m ?slope)" if leaky_relu_grad_operands()),
     ]
 }
 
@@ -207,6 +210,21 @@ fn gates_output(gates: &[&str], vars: &[&str]) -> impl Fn(&mut TensorGraph, Id, 
             (out.as_ref()).is_some_and(|o| g.is_some_and(|g| g.shape == o.shape))
         };
         gates.iter().all(shaped) && same_float(egraph, id, subst)
+    }
+}
+
+/// LeakyReLU's backward: `?m` is a bool mask of the output's shape, `?z` and `?z2` zeros of
+/// that shape, and the matmul's operands share a kernel float type.
+fn leaky_relu_grad_operands() -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
+    let m = var("?m");
+    let gated = gates_output(&["?m"], &["?a", "?w"]);
+    let (zeros, zeros2) = (is_zeros_like("?z", "?m"), is_zeros_like("?z2", "?m"));
+    move |egraph, id, subst| {
+        let bool_mask = info(egraph, subst, m).is_some_and(|i| i.elem == super::Elem::Bool);
+        bool_mask
+            && gated(egraph, id, subst)
+            && zeros(egraph, id, subst)
+            && zeros2(egraph, id, subst)
     }
 }
 
@@ -463,6 +481,39 @@ mod tests {
             let g = "(matmul t1:f32:1x3 t2:f32:3x2)";
             let best = best(&gelu_tanh_grad_of(g, x, u, i, false));
             assert!(!best.contains("gelu-tanh-grad"), "{best}");
+        }
+    }
+
+    /// `Autodiff`'s gradient of `leaky_relu(x)` for the matmul `g`, m its saved mask
+    /// (`commuted` swaps the sum's operands).
+    fn leaky_relu_grad_of(g: &str, m: &str, zeros: &str, commuted: bool) -> String {
+        let kept = format!("(mask-where {g} {m} {zeros})");
+        let scaled = format!("(mul-scalar (mask-where {zeros} {m} {g}) scalar:40)");
+        match commuted {
+            true => format!("(add {scaled} {kept})"),
+            false => format!("(add {kept} {scaled})"),
+        }
+    }
+
+    rewrite_test!(leaky_relu_backward_fuses,
+        &leaky_relu_grad_of("(matmul t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1))", "t5:bool:1x2", "(zeros shape:1x2)", false)
+        => "(fused-matmul-leaky-relu-grad t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1) t5:bool:1x2 scalar:40)");
+    rewrite_test!(leaky_relu_backward_with_its_sum_commuted_fuses,
+        &leaky_relu_grad_of("(matmul t1:f32:1x3 t2:f32:3x2)", "t5:bool:1x2", "(zeros shape:1x2)", true)
+        => "(fused-matmul-leaky-relu-grad t1:f32:1x3 t2:f32:3x2 t5:bool:1x2 scalar:40)");
+
+    /// A broadcast mask, a float one, or a tensor in place of the zeros is not LeakyReLU's
+    /// backward.
+    #[test]
+    fn leaky_relu_backward_with_other_operands_stays() {
+        let g = "(matmul t1:f32:1x3 t2:f32:3x2)";
+        for (m, zeros) in [
+            ("t5:bool:0x2", "(zeros shape:1x2)"),
+            ("t5:f32:1x2", "(zeros shape:1x2)"),
+            ("t5:bool:1x2", "t6:f32:1x2"),
+        ] {
+            let best = best(&leaky_relu_grad_of(g, m, zeros, false));
+            assert!(!best.contains("leaky-relu-grad"), "{best}");
         }
     }
 

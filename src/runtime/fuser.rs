@@ -201,6 +201,22 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
         self.window.starts_with_matmul() && ops.len() <= claimed + pending
     }
 
+    /// Whether op `index` is a `mask_where` of LeakyReLU's backward: it masks against zeros
+    /// made in the window, with a mask made before it (the forward's saved `x < 0`).
+    fn masks_for_leaky_relu_grad(&self, index: usize) -> bool {
+        let op = &self.window.ops()[index];
+        let made_by = |i: usize, kind: OpKind| {
+            (op.inputs.get(i))
+                .and_then(|t| self.window.find_producer(t.id))
+                .is_some_and(|p| self.window.ops()[p].kind == kind)
+        };
+        let saved_mask =
+            (op.inputs.get(1)).is_some_and(|m| self.window.find_producer(m.id).is_none());
+        op.kind == OpKind::MaskWhere
+            && saved_mask
+            && (made_by(0, OpKind::Zeros) || made_by(2, OpKind::Zeros))
+    }
+
     /// Whether a drop of `freed` frees the weight of the claim's last step while that step is a
     /// bare Linear (no bias, no activation yet): a temporary `nn::Linear` dropped after its
     /// forward, whose activation may still come. Closing there would leave that activation to
@@ -249,8 +265,10 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             self.claim_own_view();
         }
         // A mask that completes no match means the leading matmul's pattern is not one
-        // Hypatia runs (or is switched off): stop holding the block.
-        let unmatched_mask = ends_activation && self.claim.is_none();
+        // Hypatia runs (or is switched off): stop holding the block. Not one of LeakyReLU's
+        // backward, whose two masks come before the sum that completes it.
+        let unmatched_mask =
+            ends_activation && self.claim.is_none() && !self.masks_for_leaky_relu_grad(index);
         // A claim of the whole block, ended by a free, is ready: closing now lets burn-fusion
         // run it at once instead of holding it for the ops that follow (the next step's
         // forward, or the user's sync). Not a bare Linear's whose weight it frees: its

@@ -363,6 +363,8 @@ pub enum Properties {
     SiluBackward,
     /// Linear+tanh GELU backward, 6 cases.
     GeluTanhBackward,
+    /// Linear+LeakyReLU backward, 6 cases.
+    LeakyReluBackward,
     /// Chained MLPs, 6 cases.
     Chains,
 }
@@ -389,6 +391,10 @@ pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
         Properties::GeluTanhBackward => format!(
             "{:?}",
             check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::GeluTanh, false)
+        ),
+        Properties::LeakyReluBackward => format!(
+            "{:?}",
+            check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::LeakyRelu, false)
         ),
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };

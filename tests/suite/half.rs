@@ -60,6 +60,7 @@ macro_rules! half_tests {
                 gelu_backward_properties_hold => check::check_half_properties::<F>(Properties::GeluBackward),
                 silu_backward_properties_hold => check::check_half_properties::<F>(Properties::SiluBackward),
                 gelu_tanh_backward_properties_hold => check::check_half_properties::<F>(Properties::GeluTanhBackward),
+                leaky_relu_backward_properties_hold => check::check_half_properties::<F>(Properties::LeakyReluBackward),
                 chain_properties_hold => check::check_half_properties::<F>(Properties::Chains),
                 $($(#[$attr])* $name => $body),*
             );
@@ -88,6 +89,7 @@ half_tests!(bf16,
     bert_trains_as_on_burn => models(user_models::bert_trains_as_on_burn::<F>),
     silu_mlp_trains_as_on_burn => models(user_models::silu_mlp_trains_as_on_burn::<F>),
     gelu_tanh_mlp_trains_as_on_burn => models(user_models::gelu_tanh_mlp_trains_as_on_burn::<F>),
+    leaky_relu_mlp_trains_as_on_burn => models(user_models::leaky_relu_mlp_trains_as_on_burn::<F>),
     llama_trains_as_on_burn => models(user_models::llama_trains_as_on_burn::<F>),
     // 200 steps beside Burn without its fusion, which only CUDA builds have.
     #[cfg(feature = "cuda")]

@@ -22,7 +22,7 @@ use super::check::burn_tolerance;
 use super::common::*;
 use burn::backend::Autodiff;
 use burn::prelude::*;
-use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
+use burn::tensor::activation::{gelu, gelu_approximate, leaky_relu, relu, silu};
 use burn::tensor::{DType, Element};
 use hypatia::FusedPattern;
 use hypatia::config::ExecutionPolicy;
@@ -52,7 +52,13 @@ pub enum Act {
     /// `gelu_approximate`: its gradient is `Autodiff`'s of its ops, with the saved `tanh + 1`
     /// and tanh input.
     GeluTanh,
+    /// `leaky_relu` with slope [`LEAKY_SLOPE`]: its gradient is `Autodiff`'s of
+    /// `mask_where(pre, pre < 0, pre · slope)`, with the saved bool mask.
+    LeakyRelu,
 }
+
+/// The slope of [`Act::LeakyRelu`] (burn-nn's `LeakyReluConfig` default).
+pub const LEAKY_SLOPE: f64 = 0.01;
 
 impl Act {
     /// The pattern of the fused backward step.
@@ -62,6 +68,7 @@ impl Act {
             Act::Gelu => FusedPattern::MatmulGeluGrad,
             Act::Silu => FusedPattern::MatmulSiluGrad,
             Act::GeluTanh => FusedPattern::MatmulGeluTanhGrad,
+            Act::LeakyRelu => FusedPattern::MatmulLeakyReluGrad,
         }
     }
 
@@ -76,6 +83,9 @@ impl Act {
             Act::Gelu => gelu_grad_reference(pre) * dh,
             Act::Silu => silu_grad_reference(pre, dh),
             Act::GeluTanh => gelu_tanh_grad_reference(pre, dh),
+            // A NaN `pre` is not below zero: its gradient passes, as through Burn's mask.
+            Act::LeakyRelu if pre < 0.0 => dh * LEAKY_SLOPE,
+            Act::LeakyRelu => dh,
         }
     }
 }
@@ -454,6 +464,7 @@ fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
         Act::Gelu => gelu(y),
         Act::Silu => silu(y),
         Act::GeluTanh => gelu_approximate(y),
+        Act::LeakyRelu => leaky_relu(y, LEAKY_SLOPE),
     };
     let h = match dropout {
         // burn-nn's `Dropout::forward`, its random tensor given.

@@ -54,3 +54,10 @@ fn mlp_chains_f32_match_burn() {
     let burn_wrong = check_chains::<f32, Plain, Fused>(12);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }
+
+#[test]
+fn leaky_relu_backward_f32_matches_burn() {
+    let _serial = serial();
+    let burn_wrong = check_backward_of::<f32, Plain, Fused>(6, Act::LeakyRelu, false);
+    eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
+}

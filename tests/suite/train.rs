@@ -443,6 +443,14 @@ fn a_tanh_gelu_classifier_trains_as_on_burn_with_its_backward_fused() {
     user_models::gelu_tanh_mlp_trains_as_on_burn::<f32>();
 }
 
+/// A classifier with burn-nn's `LeakyRelu` (`user_models.rs`) trains on Hypatia as on Burn,
+/// its LeakyReLU backward fused.
+#[test]
+fn a_leaky_relu_classifier_trains_as_on_burn_with_its_backward_fused() {
+    let _serial = serial();
+    user_models::leaky_relu_mlp_trains_as_on_burn::<f32>();
+}
+
 /// A Llama-style decoder layer (`user_models.rs`) trains on Hypatia as on Burn, bit for bit
 /// where Hypatia claims none of its steps.
 #[test]

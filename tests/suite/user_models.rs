@@ -612,6 +612,63 @@ pub fn gelu_tanh_mlp_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     with_fused(&[(FusedPattern::MatmulGeluTanhGrad, 12)], train);
 }
 
+/// A classifier with burn-nn's `LeakyRelu` module (its default slope, 0.01) between
+/// [`SiluMlp`]'s layers, as a Burn user writes one.
+#[derive(Module, Debug)]
+struct LeakyReluMlp<B: Backend> {
+    layers: SiluMlp<B>,
+    activation: burn::nn::LeakyRelu,
+}
+
+impl<B: Backend> LeakyReluMlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            layers: SiluMlp::new(device),
+            activation: burn::nn::LeakyReluConfig::new().init(),
+        }
+    }
+
+    fn forward(&self, images: Tensor<B, 3>) -> Tensor<B, 2> {
+        let x = images.flatten(1, 2);
+        let h = self.activation.forward(self.layers.hidden.forward(x));
+        self.layers.out.forward(h)
+    }
+}
+
+fn leaky_relu_mlp_batch<B: Backend>(
+    model: &LeakyReluMlp<B>,
+    step: usize,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let (x, y) = images::<B>(step, &Default::default());
+    (model.forward(x), y)
+}
+
+fn train_leaky_relu_mlp<B: AutodiffBackend>(steps: usize) -> Run {
+    fit(
+        23,
+        LeakyReluMlp::<B>::new,
+        steps,
+        3e-3,
+        leaky_relu_mlp_batch,
+        leaky_relu_mlp_batch,
+    )
+}
+
+/// The LeakyReLU classifier trains on Hypatia as on Burn, in `F`, with LeakyReLU's backward
+/// (`Autodiff`'s gradient of `mask_where(x, x < 0, x · slope)`, reading the saved bool mask:
+/// decision record 0029) fused in every step.
+pub fn leaky_relu_mlp_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
+    let train = || {
+        trains_as_on_burn::<F>(
+            "leaky-relu-mlp",
+            train_leaky_relu_mlp::<Autodiff<FusedOf<F>>>,
+            train_leaky_relu_mlp::<Autodiff<PlainOf<F>>>,
+            bare!(train_leaky_relu_mlp, F),
+        )
+    };
+    with_fused(&[(FusedPattern::MatmulLeakyReluGrad, 12)], train);
+}
+
 /// Runs `train` and asserts that each pattern ran at least its number of times on Hypatia's
 /// side; returns what `train` returned.
 fn with_fused<T>(minimums: &[(FusedPattern, u64)], train: impl FnOnce() -> T) -> T {

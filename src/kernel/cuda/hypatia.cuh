@@ -50,8 +50,13 @@ __device__ __forceinline__ float activate(float v, u32 act, float alpha, float b
 // Tanh GELU's backward also reads the forward's saved tanh(i) + 1 (s, the kernel's `mask`) and
 // the saved tanh input i (a third gate-shaped operand, the kernel's `aux`, AUXED).
 #define GATE_GELU_TANH 4u
+// LeakyReLU's backward as Burn's `Autodiff` computes it for mask_where(x, x < 0, x * slope):
+// the gate g is the forward's saved mask (nonzero where x < 0), alpha the slope;
+// mask_where's two gradients against zeros, the second scaled, added.
+#define GATE_LEAKY_RELU 5u
 
-__device__ __forceinline__ float gate_grad(float v, float g, float s, float i, u32 gate) {
+__device__ __forceinline__ float gate_grad(float v, float g, float s, float i, float alpha,
+                                           u32 gate) {
     switch (gate) {
     case GATE_RELU:
         return g <= 0.0f ? 0.0f : v; // a NaN gate keeps the value, like Burn's mask_fill
@@ -78,6 +83,10 @@ __device__ __forceinline__ float gate_grad(float v, float g, float s, float i, u
         const float t = tanhf(i);
         const float d = ((h * g) * (-(t * t) + 1.0f)) * 0.7978845608f;
         return (d + h * s) + (d * 0.044715f) * ((g * g) * 3.0f);
+    }
+    case GATE_LEAKY_RELU: {
+        const bool negative = g != 0.0f;
+        return (negative ? 0.0f : v) + (negative ? v : 0.0f) * alpha;
     }
     default:
         return v;

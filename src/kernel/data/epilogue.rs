@@ -53,6 +53,11 @@ pub enum Epilogue {
     /// `tanh(..) + 1` in the `mask` slot and the saved input of the tanh as a third gate-shaped
     /// operand (the `aux` slot): see [`Gate::GeluTanh`] and decision record 0028.
     GeluTanhGrad,
+    /// LeakyReLU's backward on `dy · Wᵀ` as Burn's `Autodiff` computes it for
+    /// `mask_where(x, x < 0, x · slope)`: `mask_where`'s two gradients (the second scaled by the
+    /// run-time slope) added, the gate the forward's saved bool mask `x < 0` (decision record
+    /// 0029): see [`Gate::LeakyRelu`].
+    LeakyReluGrad,
 }
 
 impl Epilogue {
@@ -66,6 +71,7 @@ impl Epilogue {
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => FusedPattern::MatmulGeluGrad,
             Epilogue::SiluGrad => FusedPattern::MatmulSiluGrad,
             Epilogue::GeluTanhGrad => FusedPattern::MatmulGeluTanhGrad,
+            Epilogue::LeakyReluGrad => FusedPattern::MatmulLeakyReluGrad,
             Epilogue::Gelu => FusedPattern::LinearGelu,
             Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
             Epilogue::Silu => FusedPattern::LinearSilu,
@@ -84,7 +90,8 @@ impl Epilogue {
             | Epilogue::ReluGradDropout
             | Epilogue::GeluGradDropout
             | Epilogue::SiluGrad
-            | Epilogue::GeluTanhGrad => Activation::None,
+            | Epilogue::GeluTanhGrad
+            | Epilogue::LeakyReluGrad => Activation::None,
             Epilogue::Gelu => Activation::Gelu,
             Epilogue::GeluTanh => Activation::GeluTanh,
             Epilogue::Silu => Activation::Silu,
@@ -106,6 +113,7 @@ impl Epilogue {
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => Gate::Gelu,
             Epilogue::SiluGrad => Gate::Silu,
             Epilogue::GeluTanhGrad => Gate::GeluTanh,
+            Epilogue::LeakyReluGrad => Gate::LeakyRelu,
             _ => Gate::None,
         }
     }
@@ -113,7 +121,7 @@ impl Epilogue {
     /// Whether the epilogue reads a second gate-shaped tensor (the `mask` operand): dropout's
     /// mask, SiLU's saved sigmoid, or tanh GELU's saved `tanh(..) + 1`.
     pub fn masked(&self) -> bool {
-        self.dropout() || matches!(self.gate(), Gate::Silu | Gate::GeluTanh)
+        self.dropout() || self.gate().reads_saved()
     }
 
     /// Whether the epilogue reads a third gate-shaped tensor (the `aux` operand): tanh GELU's
@@ -145,15 +153,19 @@ impl Epilogue {
             | Epilogue::Identity
             | Epilogue::ReluGrad
             | Epilogue::ReluGradDropout
+            | Epilogue::LeakyReluGrad
             | Epilogue::Clamp => &[],
         }
     }
 
-    /// How many run-time scalars the kernel reads after the constants: LeakyReLU's slope,
-    /// clamp's min and max, dropout's scale.
+    /// How many run-time scalars the kernel reads after the constants: LeakyReLU's slope (also
+    /// its backward's), clamp's min and max, dropout's scale.
     pub fn parameters(&self) -> usize {
         match self {
-            Epilogue::LeakyRelu | Epilogue::ReluGradDropout | Epilogue::GeluGradDropout => 1,
+            Epilogue::LeakyRelu
+            | Epilogue::LeakyReluGrad
+            | Epilogue::ReluGradDropout
+            | Epilogue::GeluGradDropout => 1,
             Epilogue::Clamp => 2,
             _ => 0,
         }
@@ -204,12 +216,30 @@ pub enum Gate {
     /// with `h = x·0.5`, `d = (h·g) · (-(t·t) + 1) · √(2/π)`,
     /// `(d + h·u) + (d · 0.044715) · ((g·g) · 3)`.
     GeluTanh = 4,
+    /// LeakyReLU's backward as Burn 0.21's `Autodiff` computes it for
+    /// `mask_where(x, x < 0, x · slope)`, with the gate `g` the forward's saved mask `x < 0` (a
+    /// bool tensor, read as its storage's integer: nonzero is true) and `a` the slope (the
+    /// run-time `alpha`): `(g ? 0 : x) + (g ? x : 0) · a`, `mask_where`'s two gradients against
+    /// zeros, the second through `mul_scalar`'s backward.
+    LeakyRelu = 5,
 }
 
 impl Gate {
     /// The code the CUDA kernels compile in as `GATE`.
     pub fn code(&self) -> u32 {
         *self as u32
+    }
+
+    /// Whether the gate is a bool tensor (LeakyReLU's saved mask) rather than one of the
+    /// output's float type.
+    pub fn is_bool(&self) -> bool {
+        *self == Gate::LeakyRelu
+    }
+
+    /// Whether the gate's backward reads the `mask` operand as a saved value (SiLU's sigmoid,
+    /// tanh GELU's `tanh + 1`).
+    pub fn reads_saved(&self) -> bool {
+        matches!(self, Gate::Silu | Gate::GeluTanh)
     }
 }
 
@@ -308,6 +338,7 @@ mod tests {
             ("GATE_GELU", Gate::Gelu),
             ("GATE_SILU", Gate::Silu),
             ("GATE_GELU_TANH", Gate::GeluTanh),
+            ("GATE_LEAKY_RELU", Gate::LeakyRelu),
         ];
         for (name, gate) in gates {
             let line = (source.lines()).find(|l| l.starts_with(&format!("#define {name} ")));

@@ -1,7 +1,7 @@
 //! A Linear's problem: its shapes and dtype validated before anything touches the device.
 
-use super::{KernelError, Operand};
-use burn_backend::DType;
+use super::{Gate, KernelError, Operand};
+use burn_backend::{BoolStore, DType};
 use cubecl::prelude::*;
 
 /// Cubes one launch may have along an axis (CUDA's y/z limit; wgpu's default is the same).
@@ -141,19 +141,30 @@ fn matmul_out_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Checks that `gate` can gate an output of `out_shape` and `dtype`: same shape and dtype,
-/// read as rows of the last dim ([`row_stride`]): contiguous, or with rows padded to a pitch,
-/// as CubeCL's CUDA runtime allocates tensors whose rows are not a multiple of its alignment.
+/// Checks that `gate` can gate an output of `out_shape` and `dtype` with the backward `kind`:
+/// same shape, and same dtype (a bool stored as u8 or u32 for a [bool gate](Gate::is_bool): the
+/// kernels read its integer, and a native bool has none), read as rows of the last dim
+/// ([`row_stride`]): contiguous, or with rows padded to a pitch, as CubeCL's CUDA runtime
+/// allocates tensors whose rows are not a multiple of its alignment. A second or third
+/// gate-shaped operand (a saved value) is checked as a float gate ([`Gate::Relu`]).
 ///
 /// # Errors
 /// [`KernelError::UnsupportedGate`] naming what differs.
 pub fn check_gate<R: Runtime>(
     gate: &Operand<R>,
+    kind: Gate,
     out_shape: &[usize],
     dtype: DType,
 ) -> Result<(), KernelError> {
     let rows = row_stride(&gate.shape, &gate.handle.strides);
-    if gate.shape != out_shape || gate.handle.dtype != dtype || rows.is_none() {
+    let typed = match kind.is_bool() {
+        true => matches!(
+            gate.handle.dtype,
+            DType::Bool(BoolStore::U8 | BoolStore::U32)
+        ),
+        false => gate.handle.dtype == dtype,
+    };
+    if gate.shape != out_shape || !typed || rows.is_none() {
         return Err(KernelError::UnsupportedGate {
             shape: gate.shape.clone(),
             out: out_shape.to_vec(),

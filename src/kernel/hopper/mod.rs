@@ -31,7 +31,7 @@ pub use wgmma_tiling::*;
 
 use crate::kernel::cuda::launch_source;
 use crate::kernel::{LinearArgs, is_aligned, is_contiguous};
-use burn_backend::DType;
+use burn_backend::{BoolStore, DType};
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::features::Tma;
@@ -169,11 +169,22 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
             return Err(format!("{what} is strided"));
         }
     }
+    // A bool gate (LeakyReLU's mask) is read from global memory, never staged.
+    let bool_gate_bytes = match args.gate.as_ref().map(|g| g.dtype) {
+        Some(DType::Bool(BoolStore::U8)) => 1,
+        Some(DType::Bool(BoolStore::U32)) => 4,
+        Some(DType::Bool(_)) => return Err("a native bool gate has no integer to read".into()),
+        _ => 0,
+    };
+    let staged_gate = args.gate.as_ref().filter(|_| bool_gate_bytes == 0);
+    if args.epilogue.gate().is_bool() != (bool_gate_bytes != 0) {
+        return Err("a bool gate goes with LeakyReLU's backward".into());
+    }
     if tiling.tma_store {
-        if args.pre.is_some() && args.gate.is_some() {
+        if args.pre.is_some() && staged_gate.is_some() {
             return Err("pre and a gate share one staging buffer".into());
         }
-        if !args.pre.iter().chain(&args.gate).all(|t| is_aligned(t)) {
+        if !args.pre.iter().chain(staged_gate).all(|t| is_aligned(t)) {
             return Err("pre or gate not 16-byte aligned".into());
         }
     }
@@ -226,6 +237,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         activation: args.epilogue.activation(),
         gate: args.epilogue.gate(),
         dropout: args.epilogue.dropout(),
+        bool_gate_bytes,
     };
     let bn = tiling.bn as usize;
     // Elements per 128-byte row: a stage's depth along k, a staged output box's width.
@@ -246,8 +258,8 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         .push(tensor_map(&args.out, [m, n, n], [64, bk]));
     if tiling.tma_store {
         // pre and the gate move through the output's staging buffer, in its layout.
-        for tensor in [&args.pre, &args.gate] {
-            let tensor = tensor.as_ref().unwrap_or(&args.out);
+        for tensor in [args.pre.as_ref(), staged_gate] {
+            let tensor = tensor.unwrap_or(&args.out);
             kernel_args
                 .tensor_maps
                 .push(tensor_map(tensor, [m, n, n], [64, bk]));
@@ -322,6 +334,7 @@ mod tests {
             activation,
             gate: crate::kernel::Gate::None,
             dropout: false,
+            bool_gate_bytes: 0,
         }
     }
 

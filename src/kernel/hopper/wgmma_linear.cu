@@ -103,6 +103,19 @@ struct Params {
 #define MASKED (DROPOUT || GATE == GATE_SILU || GATE == GATE_GELU_TANH)
 // A third, `aux`, read the same way: tanh GELU's saved tanh input (gate_grad's `i`).
 #define AUXED (GATE == GATE_GELU_TANH)
+// The gate moves by TMA through the output's staging buffer (TMA_STORE), except LeakyReLU's,
+// a bool mask (GATE_ELEM, a bool's storage integer): read where the thread stores, as `mask`.
+#define STAGED_GATE (TMA_STORE && GATE != GATE_LEAKY_RELU)
+
+// An operand's element as f32: ELEM through TO_F32, a bool's integer (nonzero is true) as is.
+template <typename T>
+__device__ __forceinline__ float as_f32(T v) {
+    return (float)v;
+}
+template <>
+__device__ __forceinline__ float as_f32<ELEM>(ELEM v) {
+    return TO_F32(v);
+}
 
 // Makes a consumer's staged 64 × SUB tile (at `c_tile`) visible to the TMA unit, then one
 // thread stores it to `map` at rows m0.., columns n0.. (clipped to the tensor's bounds by TMA)
@@ -170,8 +183,8 @@ __device__ __forceinline__ void stage_pre(const float (&d)[BN / 2], const ELEM* 
 // Loads, for BATCH column groups from j0, the four values of a contiguous [m, n] operand at the
 // positions this thread stores (rows 16w + l/4 (+8), columns 8j + 2(l%4) (+1)), as f32; lanes
 // outside the output read element 0, whose values are not stored.
-template <int BATCH>
-__device__ __forceinline__ void load_where_stored(const ELEM* __restrict__ src,
+template <int BATCH, typename T>
+__device__ __forceinline__ void load_where_stored(const T* __restrict__ src,
                                                   float (&dst)[BATCH][4], u32 row0, u32 n0,
                                                   int j0, u32 lane, const Params& p) {
 #pragma unroll
@@ -182,8 +195,8 @@ __device__ __forceinline__ void load_where_stored(const ELEM* __restrict__ src,
             const u32 row = row0 + h * 8;
             const unsigned long long idx =
                 row < p.m && col < p.n ? (unsigned long long)row * p.n + col : 0;
-            dst[jj][h * 2] = TO_F32(src[idx]);
-            dst[jj][h * 2 + 1] = TO_F32(src[idx + 1]);
+            dst[jj][h * 2] = as_f32(src[idx]);
+            dst[jj][h * 2 + 1] = as_f32(src[idx + 1]);
         }
     }
 }
@@ -206,7 +219,7 @@ __device__ __forceinline__ void load_where_stored(const ELEM* __restrict__ src,
 template <bool GATED, bool SUM_ROWS>
 __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* bias_s, u32 m0,
                                          u32 n0, u32 warp, u32 lane, ELEM* out, ELEM* pre,
-                                         const ELEM* __restrict__ gate,
+                                         const GATE_ELEM* __restrict__ gate,
                                          const ELEM* __restrict__ mask,
                                          const ELEM* __restrict__ aux, float* row_sums,
                                          const Params& p, bool write_pre, u32 c_tile, u32 sub) {
@@ -228,7 +241,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
         if (AUXED) {
             load_where_stored(aux, ax, row0, n0, j0, lane, p);
         }
-        if (GATED && !TMA_STORE) {
+        if (GATED && !STAGED_GATE) {
             load_where_stored(gate, g, row0, n0, j0, lane, p);
         }
 #pragma unroll
@@ -252,7 +265,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                 // pre was staged and stored before this pass (stage_pre); the gate, if any,
                 // sits where this thread's output goes.
                 const u32 addr = staged_addr(c_tile, row_local0 + h * 8, col_local - sub * SUB);
-                if (GATED) {
+                if (GATED && STAGED_GATE) {
                     const ELEM2 gate2 = ld_pair(addr);
                     g[jj][h * 2] = TO_F32(gate2.x);
                     g[jj][h * 2 + 1] = TO_F32(gate2.y);
@@ -278,8 +291,8 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                     const float s1 = saves ? mk[jj][h * 2 + 1] : 0.0f;
                     const float i0 = AUXED ? ax[jj][h * 2] : 0.0f;
                     const float i1 = AUXED ? ax[jj][h * 2 + 1] : 0.0f;
-                    v0 = gate_grad(v0, g[jj][h * 2], s0, i0, GATE);
-                    v1 = gate_grad(v1, g[jj][h * 2 + 1], s1, i1, GATE);
+                    v0 = gate_grad(v0, g[jj][h * 2], s0, i0, p.alpha, GATE);
+                    v1 = gate_grad(v1, g[jj][h * 2 + 1], s1, i1, p.alpha, GATE);
                 }
                 ELEM2 packed = PACK2(v0, v1);
                 if (SUM_ROWS && inside) {
@@ -344,7 +357,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #endif
     const ELEM* __restrict__ bias,
     ELEM* pre,
-    const ELEM* __restrict__ gate,
+    const GATE_ELEM* __restrict__ gate,
     const ELEM* __restrict__ mask, // out when the epilogue reads none (MASKED)
     const ELEM* __restrict__ aux,  // out when the epilogue reads none (AUXED)
     float* row_sums,
@@ -476,7 +489,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
 #if TMA_STORE
             // The gate's first piece loads into this consumer's staging buffer under the MMAs,
             // once the previous tile's store has read it out.
-            if (gated && t128 == 0) {
+            if (gated && STAGED_GATE && t128 == 0) {
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                 load_gate(&tm_gate, c_tile, gate_full + cw * 8, rows0, n0);
             }
@@ -565,7 +578,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                     // next piece (if any) loads into it.
                     if (t128 == 0) {
                         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-                        if (gated) {
+                        if (gated && STAGED_GATE) {
                             load_gate(&tm_gate, c_tile, gate_full + cw * 8, rows, cols);
                         }
                     }
@@ -581,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) hypatia_wgmma_linear(
                     }
                     asm volatile("bar.sync %0, 128;" :: "r"(1 + cw) : "memory");
                 }
-                if (gated) {
+                if (gated && STAGED_GATE) {
                     mbar_wait(gate_full + cw * 8, gate_phase);
                     gate_phase ^= 1u;
                 }

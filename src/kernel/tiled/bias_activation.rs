@@ -7,14 +7,15 @@ use cubecl::prelude::*;
 ///
 /// The split execution's second half: `input` is the inner backend's matmul output, read
 /// through its strides (a swapped view is fine); `out` and `pre` are contiguous with the same
-/// shape, `gate`, `mask` and `aux` their `[rows, n]` views (see [`store_epilogue()`]); `bias` is a rank-1 view of the
+/// shape, `gate` (of type `G`: `F`, or a bool's storage integer), `mask` and `aux` their
+/// `[rows, n]` views (see [`store_epilogue()`]); `bias` is a rank-1 view of the
 /// last dim. Absent tensors are dummies.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn bias_activation_kernel<F: Float>(
+pub fn bias_activation_kernel<F: Float, G: Numeric>(
     input: &Tensor<F>,
     bias: &Tensor<F>,
-    gate: &Tensor<F>,
+    gate: &Tensor<G>,
     mask: &Tensor<F>,
     aux: &Tensor<F>,
     out: &mut Tensor<F>,
@@ -22,7 +23,7 @@ pub fn bias_activation_kernel<F: Float>(
     alpha: f32,
     beta: f32,
     #[comptime] flags: EpilogueFlags,
-    #[define(F)] _dtype: StorageType,
+    #[define(F, G)] _dtypes: [StorageType; 2],
 ) {
     let index = ABSOLUTE_POS;
     if index >= out.len() {
@@ -38,7 +39,7 @@ pub fn bias_activation_kernel<F: Float>(
     }
     let col = index % out.shape(rank - 1);
     let value = f32::cast_from(input[offset]);
-    store_epilogue::<F>(
+    store_epilogue::<F, G>(
         value, col, index, bias, gate, mask, aux, out, pre, alpha, beta, flags,
     );
 }

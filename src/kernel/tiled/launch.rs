@@ -102,7 +102,10 @@ pub fn launch_fused_linear_into<R: Runtime>(
         epilogue.params[0],
         epilogue.params[1],
         flags,
-        problem.dtype.into(),
+        [
+            problem.dtype.into(),
+            outputs.gate_dtype(epilogue.gate).into(),
+        ],
     );
     if let (Some(partials), Some(bias_grad)) = (&partials, &bias_grad) {
         crate::kernel::sum_rows(partials, partial_rows, n, bias_grad);
@@ -182,7 +185,10 @@ pub fn launch_bias_activation_into<R: Runtime>(
         epilogue.params[0],
         epilogue.params[1],
         epilogue.flags(write_pre),
-        input.handle.dtype.into(),
+        [
+            input.handle.dtype.into(),
+            outputs.gate_dtype(epilogue.gate).into(),
+        ],
     );
     if let Some(bias_grad) = &bias_grad {
         sum_output_rows(&outputs.out, &shape, bias_grad);
@@ -248,6 +254,11 @@ impl<R: Runtime> Outputs<R> {
         let mut handle = gate.handle.clone();
         handle.strides = Strides::new(&[stride, 1]);
         handle.into_tensor_arg(Shape::from(vec![rows, n]))
+    }
+
+    /// The gate's storage type: the output's when absent (its dummy is of that type).
+    fn gate_dtype(&self, gate: Option<&Operand<R>>) -> DType {
+        gate.map_or(self.dtype, |gate| gate.handle.dtype)
     }
 
     fn out_arg(&self) -> TensorArg<R> {

@@ -34,19 +34,19 @@ pub const CUBE_SIDE: usize = 16;
 /// `out = epilogue(lhs · rhs + bias)`, and `pre = lhs · rhs + bias` when `write_pre`.
 ///
 /// The operands and outputs have the output's rank; broadcast batch dims have stride 0. `bias`
-/// is a rank-1 view of length `n`, `gate`, `mask` and `aux` the `[rows, n]` views [`store_epilogue()`]
-/// reads; absent
+/// is a rank-1 view of length `n`, `gate` (of type `G`: `F`, or a bool's storage integer),
+/// `mask` and `aux` the `[rows, n]` views [`store_epilogue()`] reads; absent
 /// tensors (per `flags`) are dummies. Accumulates in f32 whatever the storage type. With
 /// `flags.row_sums`, each unit writes the column sums of its [`UNIT_M`] stored rows to
 /// `row_sums`, a row-major `[batch · m_tiles · CUBE_SIDE, n]` buffer of partial rows (see
 /// [`sum_rows`](crate::kernel::sum_rows)).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-pub fn fused_linear_kernel<F: Float>(
+pub fn fused_linear_kernel<F: Float, G: Numeric>(
     lhs: &Tensor<F>,
     rhs: &Tensor<F>,
     bias: &Tensor<F>,
-    gate: &Tensor<F>,
+    gate: &Tensor<G>,
     mask: &Tensor<F>,
     aux: &Tensor<F>,
     out: &mut Tensor<F>,
@@ -55,7 +55,7 @@ pub fn fused_linear_kernel<F: Float>(
     alpha: f32,
     beta: f32,
     #[comptime] flags: EpilogueFlags,
-    #[define(F)] _dtype: KernelDType,
+    #[define(F, G)] _dtypes: [KernelDType; 2],
 ) {
     let rank = out.rank();
     let m = out.shape(rank - 2);
@@ -160,7 +160,7 @@ pub fn fused_linear_kernel<F: Float>(
             let col = col_base + unit_x * UNIT_N + j;
             if row < m && col < n {
                 let offset = out_offset + row * out_stride_m + col * out_stride_n;
-                rhs_regs[j] += store_epilogue::<F>(
+                rhs_regs[j] += store_epilogue::<F, G>(
                     acc[i * UNIT_N + j],
                     col,
                     offset,

@@ -59,6 +59,9 @@ lib-prop-silu-backward|lib|suite::property_tests::silu_backward|PROPTEST_CASES=4
 half_f16-prop-gelu-tanh-backward|lib|--exact suite::half::f16::gelu_tanh_backward_properties_hold --include-ignored|PROPTEST_CASES=3
 half_bf16-prop-gelu-tanh-backward|lib|--exact suite::half::bf16::gelu_tanh_backward_properties_hold --include-ignored|PROPTEST_CASES=3
 lib-prop-gelu-tanh-backward|lib|suite::property_tests::gelu_tanh_backward|PROPTEST_CASES=4
+half_f16-prop-leaky-relu-backward|lib|--exact suite::half::f16::leaky_relu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
+half_bf16-prop-leaky-relu-backward|lib|--exact suite::half::bf16::leaky_relu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
+lib-prop-leaky-relu-backward|lib|suite::property_tests::leaky_relu_backward|PROPTEST_CASES=4
 lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=1
 lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
 half_f16-prop-chains|lib|--exact suite::half::f16::chain_properties_hold --include-ignored
@@ -68,7 +71,7 @@ half_f16|lib|suite::half::f16::matches_burn suite::half::f16::rounds_where_burn_
 half_bf16|lib|suite::half::bf16::matches_burn suite::half::bf16::rounds_where_burn_rounds suite::half::bf16::mlp_chains_match_burn --include-ignored
 half_bf16-models|lib|suite::half::bf16::encoder_trains suite::half::bf16::bert_trains --include-ignored
 half_bf16-models-guide|lib|suite::half::bf16::guide_trains --include-ignored
-half_bf16-models-silu|lib|suite::half::bf16::silu_mlp_trains suite::half::bf16::llama_trains --include-ignored
+half_bf16-models-silu|lib|suite::half::bf16::silu_mlp_trains suite::half::bf16::gelu_tanh_mlp_trains suite::half::bf16::leaky_relu_mlp_trains suite::half::bf16::llama_trains --include-ignored
 lib-train|lib|suite::train
 lib-long-run|lib|suite::long_run --skip suite::long_run::user_models
 lib-models-200|lib|suite::long_run::user_models
