@@ -211,6 +211,7 @@ fn main() {
                 activation: act.activation(),
                 gate: act.gate(),
                 dropout: false,
+                product: false,
                 // CUDA stores bools as u8.
                 bool_gate_bytes: act.gate().is_bool() as u8,
             };

@@ -222,4 +222,6 @@ mod book {
     struct Decision0028;
     #[doc = include_str!("../docs/decisions/0029-leaky-relu-backward.md")]
     struct Decision0029;
+    #[doc = include_str!("../docs/decisions/0030-swiglu-backward.md")]
+    struct Decision0030;
 }

@@ -107,6 +107,15 @@ const fn gelu_tanh_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
     }
 }
 
+/// SwiGLU's gate-projection backward, laid out as [`relu_grad`]: the product times the up
+/// projection (the third operand), then SiLU's backward with its saved sigmoid (the second).
+const fn swiglu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
+    Case {
+        epilogue: Epilogue::SwigluGrad,
+        ..relu_grad(m, k, n, specials)
+    }
+}
+
 /// LeakyReLU's backward, laid out as [`relu_grad`], its gate the forward's saved bool mask
 /// (u8, as CUDA stores bools; one element 2, which is true as any nonzero byte) and its slope
 /// the first parameter.
@@ -126,7 +135,7 @@ const fn dropout_grad(m: usize, k: usize, n: usize, epilogue: Epilogue) -> Case 
     }
 }
 
-const CASES: [Case; 33] = [
+const CASES: [Case; 35] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -200,6 +209,8 @@ const CASES: [Case; 33] = [
     gelu_tanh_grad(2176, 64, 2048, false),
     leaky_relu_grad(300, 264, 1000, true),
     leaky_relu_grad(2176, 64, 2048, false),
+    swiglu_grad(300, 264, 1000, true),
+    swiglu_grad(2176, 64, 2048, false),
     dropout_grad(300, 264, 1000, Epilogue::ReluGradDropout),
     dropout_grad(2176, 64, 2048, Epilogue::ReluGradDropout),
     dropout_grad(33, 1024, 4096, Epilogue::GeluGradDropout),
@@ -414,7 +425,7 @@ struct Prepared {
     /// The second gate-shaped operand: SiLU's saved sigmoid of the gate, tanh GELU's saved
     /// `tanh + 1`, or dropout's mask.
     mask: Vec<u32>,
-    /// The third: tanh GELU's saved tanh input (zeros for the others).
+    /// The third: tanh GELU's saved tanh input, SwiGLU's up projection (zeros for the others).
     aux: Vec<u32>,
     out_shape: Vec<usize>,
     out_ref: Vec<f64>,
@@ -524,11 +535,12 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         Epilogue::GeluTanhGrad => {
             stored(gate.iter().map(|&g| common::gelu_tanh_inner(g)).collect())
         }
+        Epilogue::SwigluGrad => stored(values(rows * c.n, 7)),
         _ => vec![0.0; gate.len()],
     };
     let mask: Vec<f64> = match c.epilogue {
         Epilogue::GeluTanhGrad => stored(aux.iter().map(|&i| i.tanh() + 1.0).collect()),
-        Epilogue::SiluGrad => round(
+        Epilogue::SiluGrad | Epilogue::SwigluGrad => round(
             &gate
                 .iter()
                 .map(|&g| common::sigmoid_reference(g))
@@ -551,6 +563,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
             Epilogue::ReluGradDropout => v * scale * s,
             Epilogue::GeluGradDropout => common::gelu_grad_reference(g) * (v * scale * s),
             Epilogue::SiluGrad => common::silu_grad_with_saved(g, s, v),
+            Epilogue::SwigluGrad => common::silu_grad_with_saved(g, s, v * i),
             Epilogue::GeluTanhGrad => common::gelu_tanh_grad_with_saved(g, s, i, v),
             Epilogue::LeakyReluGrad if g != 0.0 => v * PARAMS[0] as f64,
             Epilogue::LeakyReluGrad => v,
@@ -741,7 +754,7 @@ fn wgmma_linear_matches_f64_reference_tf32() {
 /// Tiny and odd problems (`m, k, n` from 1 to 65, `k` of 1, 5 and 45): forward with bias,
 /// pre-activation and NaN/±Inf, rank 3, ReLU's, GELU's (through dropout too) and SiLU's backward
 /// `dy · Wᵀ` gated, and weight gradients `xᵀ · dy`.
-const TINY: [Case; 14] = [
+const TINY: [Case; 15] = [
     case(1, 1, 1),
     Case {
         lead: 2,
@@ -758,6 +771,7 @@ const TINY: [Case; 14] = [
     silu_grad(17, 45, 33, true),
     gelu_tanh_grad(17, 45, 33, true),
     leaky_relu_grad(17, 45, 33, true),
+    swiglu_grad(17, 45, 33, true),
     dropout_grad(33, 5, 64, Epilogue::GeluGradDropout),
     Case {
         lead: 3,

@@ -270,7 +270,7 @@ pub enum Pattern {
     MatmulReluGrad,
     /// The backward of the activations other than ReLU (GELU's `gelu_backward(pre, dy · Wᵀ)`,
     /// SiLU's gradient of `x · sigmoid(x)`, tanh GELU's of `gelu_approximate`'s ops,
-    /// LeakyReLU's of `mask_where(x, x < 0, x · slope)`).
+    /// LeakyReLU's of `mask_where(x, x < 0, x · slope)`, SwiGLU's of `silu(a) ⊙ b` for `a`).
     MatmulActivationGrads,
     /// Linear + bias + ReLU.
     LinearRelu,

@@ -39,6 +39,9 @@ pub enum FusedPattern {
     /// LeakyReLU's backward: `Autodiff`'s gradient of `mask_where(x, x < 0, x · slope)` through
     /// `dy · Wᵀ`.
     MatmulLeakyReluGrad,
+    /// SwiGLU's gate-projection backward: `Autodiff`'s gradient of `silu(a) ⊙ b` for `a`
+    /// through `dy · Wᵀ`.
+    MatmulSwigluGrad,
     /// A run of layers as one MLP-chain launch (each layer also counts as `chained` in its
     /// own pattern).
     MlpChain,
@@ -46,7 +49,7 @@ pub enum FusedPattern {
 
 impl FusedPattern {
     /// Every pattern.
-    pub const ALL: [FusedPattern; 14] = [
+    pub const ALL: [FusedPattern; 15] = [
         FusedPattern::Linear,
         FusedPattern::LinearRelu,
         FusedPattern::LinearGelu,
@@ -60,6 +63,7 @@ impl FusedPattern {
         FusedPattern::MatmulSiluGrad,
         FusedPattern::MatmulGeluTanhGrad,
         FusedPattern::MatmulLeakyReluGrad,
+        FusedPattern::MatmulSwigluGrad,
         FusedPattern::MlpChain,
     ];
 
@@ -79,6 +83,7 @@ impl FusedPattern {
             FusedPattern::MatmulSiluGrad => "matmul-silu-grad",
             FusedPattern::MatmulGeluTanhGrad => "matmul-gelu-tanh-grad",
             FusedPattern::MatmulLeakyReluGrad => "matmul-leaky-relu-grad",
+            FusedPattern::MatmulSwigluGrad => "matmul-swiglu-grad",
             FusedPattern::MlpChain => "mlp-chain",
         }
     }

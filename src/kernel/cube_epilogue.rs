@@ -152,6 +152,10 @@ pub fn store_epilogue<F: Float, G: Numeric>(
         value = round::<F>(value * alpha);
         value = round::<F>(value * f32::cast_from(mask[pitched_at(mask, offset, col)]));
     }
+    if flags.product {
+        // SwiGLU's backward: `mul(grad, b)`, the product's gradient for `silu(a)`.
+        value = round::<F>(value * f32::cast_from(aux[pitched_at(aux, offset, col)]));
+    }
     if comptime![flags.gate != Gate::None] {
         let mut saved = 0.0f32;
         let mut aux_value = 0.0f32;

@@ -72,9 +72,9 @@ pub struct PlanOptions {
     pub plain_matmuls: bool,
     /// Claim relu's backward (`matmul-relu-grad`).
     pub relu_grads: bool,
-    /// Claim GELU's, SiLU's, tanh GELU's and LeakyReLU's backward (`matmul-gelu-grad`,
-    /// `matmul-silu-grad`, `matmul-gelu-tanh-grad`, `matmul-leaky-relu-grad`), the activations'
-    /// other than relu's.
+    /// Claim GELU's, SiLU's, tanh GELU's, LeakyReLU's and SwiGLU's backward
+    /// (`matmul-gelu-grad`, `matmul-silu-grad`, `matmul-gelu-tanh-grad`,
+    /// `matmul-leaky-relu-grad`, `matmul-swiglu-grad`), the activations' other than relu's.
     pub activation_grads: bool,
     /// Claim Linear + relu (`linear-relu`).
     pub linear_relus: bool,
@@ -140,7 +140,8 @@ pub(crate) fn plan_window_with<T>(
         | Epilogue::GeluGradDropout
         | Epilogue::SiluGrad
         | Epilogue::GeluTanhGrad
-        | Epilogue::LeakyReluGrad => options.activation_grads,
+        | Epilogue::LeakyReluGrad
+        | Epilogue::SwigluGrad => options.activation_grads,
         Epilogue::Relu => options.linear_relus,
         Epilogue::Gelu
         | Epilogue::GeluTanh

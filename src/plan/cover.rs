@@ -131,13 +131,20 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
     };
     let (pre, (matmul_out, matmul_ops)) = match candidate.epilogue {
         // SiLU's gradient reads the matmul twice (`g · s`, `g · x`), tanh GELU's reads its
-        // half twice, LeakyReLU's masks it twice: the side is the matmul's own output.
-        Epilogue::SiluGrad | Epilogue::GeluTanhGrad | Epilogue::LeakyReluGrad => {
+        // half twice, LeakyReLU's masks it twice: the side is the matmul's own output. SwiGLU's
+        // reads its product with the up projection twice, and the up projection's gradient
+        // (`dy · Wᵀ ⊙ silu(a)`, Burn's op) reads the matmul itself: the step writes it as the
+        // pre-activation where it is kept.
+        epilogue @ (Epilogue::SiluGrad
+        | Epilogue::GeluTanhGrad
+        | Epilogue::LeakyReluGrad
+        | Epilogue::SwigluGrad) => {
             let matmul = (ops.iter())
                 .find(|&&i| window.ops()[i].kind == OpKind::Matmul)
                 .ok_or(Reason::NoMatch)?;
             let out = window.ops()[*matmul].out().id;
-            (None, (out, producers(window, out, &operands)?))
+            let pre = epilogue.product().then_some(out);
+            (pre, (out, producers(window, out, &operands)?))
         }
         // A backward: the root's input computed through a matmul (relu's mask fill's tensor,
         // the `grad` GELU's derivative multiplies) is the matmul side.

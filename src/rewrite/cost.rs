@@ -52,6 +52,7 @@ impl CostModel {
             | TensorLang::FusedMatmulSiluGrad(_)
             | TensorLang::FusedMatmulGeluTanhGrad(_)
             | TensorLang::FusedMatmulLeakyReluGrad(_)
+            | TensorLang::FusedMatmulSwigluGrad(_)
             | TensorLang::FusedLinear(_)
             | TensorLang::FusedLinearGelu(_)
             | TensorLang::FusedLinearGeluTanh(_)

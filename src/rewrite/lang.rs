@@ -46,6 +46,10 @@ define_language! {
         // LeakyReLU's backward: x, w, the gate (the forward's saved bool mask `pre < 0`), then
         // the slope.
         "fused-matmul-leaky-relu-grad" = FusedMatmulLeakyReluGrad([Id; 4]),
+        // SwiGLU's gate-projection backward: x, w, the gate (the forward's pre-activation), its
+        // saved sigmoid, the up projection, then the scalars of `Epilogue::SwigluGrad`'s
+        // constants.
+        "fused-matmul-swiglu-grad" = FusedMatmulSwigluGrad([Id; 10]),
         // Elementwise ops of Burn's activations (their scalars are children).
         "mul" = Mul([Id; 2]),
         "mul-scalar" = MulScalar([Id; 2]),
@@ -108,6 +112,7 @@ impl TensorLang {
             TensorLang::FusedMatmulSiluGrad(_) => Epilogue::SiluGrad,
             TensorLang::FusedMatmulGeluTanhGrad(_) => Epilogue::GeluTanhGrad,
             TensorLang::FusedMatmulLeakyReluGrad(_) => Epilogue::LeakyReluGrad,
+            TensorLang::FusedMatmulSwigluGrad(_) => Epilogue::SwigluGrad,
             TensorLang::FusedLinearGelu(_) => Epilogue::Gelu,
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
             TensorLang::FusedLinearSilu(_) => Epilogue::Silu,

@@ -75,6 +75,9 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         // `tanh(i) + 1`, i the tanh's saved input): with h = g · 0.5 and
         // d = ((h · x) · (-(tanh(i)²) + 1)) · √(2/π), `(d + h · u) + (d · 0.044715) · ((x · x) · 3)`.
         rewrite!("gelu-tanh-grad-to-fused"; "(add (add (mul-scalar (mul (mul (mul-scalar (matmul ?a ?w) ?h) ?x) (add-scalar (mul-scalar (mul (tanh ?i) (tanh ?i)) ?neg) ?one)) ?c) (mul (mul-scalar (matmul ?a ?w) ?h) ?u)) (mul (mul-scalar (mul-scalar (mul (mul (mul-scalar (matmul ?a ?w) ?h) ?x) (add-scalar (mul-scalar (mul (tanh ?i) (tanh ?i)) ?neg) ?one)) ?c) ?k) (mul-scalar (mul ?x ?x) ?three)))" => "(fused-matmul-gelu-tanh-grad ?a ?w ?x ?u ?i ?h ?neg ?one ?c ?k ?three)" if gates_output(&["?x", "?u", "?i"], &["?a", "?w", "?x", "?u", "?i"])),
+        // SwiGLU's gate-projection backward (`Autodiff` of `silu(a) ⊙ b`, b the up projection):
+        // SiLU's backward of the product's gradient `(dy · Wᵀ) ⊙ b`.
+        rewrite!("swiglu-grad-to-fused";  "(add (mul (mul (matmul ?a ?w) ?b) ?s) (mul (mul (sigmoid ?x ?n ?one ?m) (add-scalar (mul-scalar (sigmoid ?x ?n ?one ?m) ?n2) ?one2)) (mul (mul (matmul ?a ?w) ?b) ?x)))" => "(fused-matmul-swiglu-grad ?a ?w ?x ?s ?b ?n ?one ?m ?n2 ?one2)" if gates_output(&["?x", "?s", "?b"], &["?a", "?w", "?x", "?s", "?b"])),
         rewrite!("relu-grad-to-fused";    "(mask-fill (matmul ?x ?w) (le ?g ?s) ?t)" => "(fused-matmul-relu-grad ?x ?w ?g)" if gates_output(&["?g"], &["?x", "?w", "?g"])),
         // LeakyReLU's backward (`Autodiff` of `mask_where(x, m, x · slope)`, m its saved
         // `x < 0`, g = dy · Wᵀ): `mask_where(g, m, 0) + mask_where(0, m, g) · slope`.
@@ -418,6 +421,21 @@ mod tests {
     rewrite_test!(silu_backward_fuses,
         &silu_grad_of("(matmul t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1))", "t5:f32:1x2", "t6:f32:1x2", false)
         => format!("(fused-matmul-silu-grad t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1) t5:f32:1x2 t6:f32:1x2 {SILU_GRAD_SCALARS})"));
+    rewrite_test!(swiglu_backward_fuses,
+        &silu_grad_of("(mul (matmul t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1)) t7:f32:1x2)", "t5:f32:1x2", "t6:f32:1x2", false)
+        => format!("(fused-matmul-swiglu-grad t1:f32:1x3 (swap-dims t2:f32:2x3 dims:0,1) t5:f32:1x2 t6:f32:1x2 t7:f32:1x2 {SILU_GRAD_SCALARS})"));
+    rewrite_test!(swiglu_backward_with_its_products_commuted_fuses,
+        &silu_grad_of("(mul t7:f32:1x2 (matmul t1:f32:1x3 t2:f32:3x2))", "t5:f32:1x2", "t6:f32:1x2", true)
+        => format!("(fused-matmul-swiglu-grad t1:f32:1x3 t2:f32:3x2 t5:f32:1x2 t6:f32:1x2 t7:f32:1x2 {SILU_GRAD_SCALARS})"));
+
+    /// A broadcast up projection is not read element for element.
+    #[test]
+    fn swiglu_backward_with_a_broadcast_up_projection_stays() {
+        let g = "(mul (matmul t1:f32:1x3 t2:f32:3x2) t7:f32:0x2)";
+        let best = best(&silu_grad_of(g, "t5:f32:1x2", "t6:f32:1x2", false));
+        assert!(!best.contains("swiglu-grad"), "{best}");
+    }
+
     rewrite_test!(silu_backward_with_its_sums_and_products_commuted_fuses,
         &silu_grad_of("(matmul t1:f32:1x3 t2:f32:3x2)", "t5:f32:1x2", "t6:f32:1x2", true)
         => format!("(fused-matmul-silu-grad t1:f32:1x3 t2:f32:3x2 t5:f32:1x2 t6:f32:1x2 {SILU_GRAD_SCALARS})"));

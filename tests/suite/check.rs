@@ -365,6 +365,8 @@ pub enum Properties {
     GeluTanhBackward,
     /// Linear+LeakyReLU backward, 6 cases.
     LeakyReluBackward,
+    /// SwiGLU's gate-side backward, 6 cases.
+    SwigluBackward,
     /// Chained MLPs, 6 cases.
     Chains,
 }
@@ -395,6 +397,10 @@ pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
         Properties::LeakyReluBackward => format!(
             "{:?}",
             check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::LeakyRelu, false)
+        ),
+        Properties::SwigluBackward => format!(
+            "{:?}",
+            check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Swiglu, false)
         ),
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };

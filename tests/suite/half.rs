@@ -61,6 +61,7 @@ macro_rules! half_tests {
                 silu_backward_properties_hold => check::check_half_properties::<F>(Properties::SiluBackward),
                 gelu_tanh_backward_properties_hold => check::check_half_properties::<F>(Properties::GeluTanhBackward),
                 leaky_relu_backward_properties_hold => check::check_half_properties::<F>(Properties::LeakyReluBackward),
+                swiglu_backward_properties_hold => check::check_half_properties::<F>(Properties::SwigluBackward),
                 chain_properties_hold => check::check_half_properties::<F>(Properties::Chains),
                 $($(#[$attr])* $name => $body),*
             );

@@ -55,6 +55,9 @@ pub enum Act {
     /// `leaky_relu` with slope [`LEAKY_SLOPE`]: its gradient is `Autodiff`'s of
     /// `mask_where(pre, pre < 0, pre · slope)`, with the saved bool mask.
     LeakyRelu,
+    /// SwiGLU's gate side, `silu(pre) ⊙ up` with `up` a second tensor of `pre`'s shape (the up
+    /// projection): its gradient is SiLU's of `(dy · vᵀ) ⊙ up`.
+    Swiglu,
 }
 
 /// The slope of [`Act::LeakyRelu`] (burn-nn's `LeakyReluConfig` default).
@@ -69,19 +72,20 @@ impl Act {
             Act::Silu => FusedPattern::MatmulSiluGrad,
             Act::GeluTanh => FusedPattern::MatmulGeluTanhGrad,
             Act::LeakyRelu => FusedPattern::MatmulLeakyReluGrad,
+            Act::Swiglu => FusedPattern::MatmulSwigluGrad,
         }
     }
 
     /// The activation's derivative at `pre` times `dh`, in float64: relu's mask (a NaN `pre`
     /// keeps `dh`, like Burn's `mask_fill`), the tanh approximation's derivative Burn 0.21's
     /// `gelu_backward` computes for both GELUs, SiLU's, or tanh GELU's as `Autodiff` composes
-    /// it, each in Burn's order.
+    /// it, each in Burn's order (SwiGLU's: SiLU's of `dh` already times the up projection).
     fn grad(self, pre: f64, dh: f64) -> f64 {
         match self {
             Act::Relu if pre <= 0.0 => 0.0,
             Act::Relu => dh,
             Act::Gelu => gelu_grad_reference(pre) * dh,
-            Act::Silu => silu_grad_reference(pre, dh),
+            Act::Silu | Act::Swiglu => silu_grad_reference(pre, dh),
             Act::GeluTanh => gelu_tanh_grad_reference(pre, dh),
             // A NaN `pre` is not below zero: its gradient passes, as through Burn's mask.
             Act::LeakyRelu if pre < 0.0 => dh * LEAKY_SLOPE,
@@ -275,6 +279,8 @@ struct Values {
     g: Vec<f32>,
     /// A dropout mask of `pre`'s shape: ones, and zeros where the forward dropped.
     mask: Vec<f32>,
+    /// SwiGLU's up projection, of `pre`'s shape.
+    up: Vec<f32>,
 }
 
 /// The keep probability of the backward cases' dropout (Burn's `Dropout` with `prob` 0.1).
@@ -304,6 +310,7 @@ impl Problem {
                     }
                 })
                 .collect(),
+            up: round(values(self.seed + 6, batch * m * n, 1.0, 0)),
         }
     }
 
@@ -354,6 +361,11 @@ impl Problem {
                 let dh = match dropout {
                     true => dh * (1.0 / KEEP) as f32 as f64 * v.mask[r * n + j] as f64,
                     false => dh,
+                };
+                // SwiGLU's product: `mul(dh, up)`.
+                let dh = match act {
+                    Act::Swiglu => dh * v.up[r * n + j] as f64,
+                    _ => dh,
                 };
                 dpre[r * n + j] = act.grad(pre[r * n + j], dh);
             }
@@ -465,6 +477,15 @@ fn backward<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
         Act::Silu => silu(y),
         Act::GeluTanh => gelu_approximate(y),
         Act::LeakyRelu => leaky_relu(y, LEAKY_SLOPE),
+        Act::Swiglu => {
+            let up = p.values(scale, B::FloatElem::dtype()).up;
+            let dims = y.dims();
+            silu(y)
+                * Tensor::from_data(
+                    TensorData::new(up, dims).convert_dtype(B::FloatElem::dtype()),
+                    &device,
+                )
+        }
     };
     let h = match dropout {
         // burn-nn's `Dropout::forward`, its random tensor given.

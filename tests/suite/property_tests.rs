@@ -61,3 +61,10 @@ fn leaky_relu_backward_f32_matches_burn() {
     let burn_wrong = check_backward_of::<f32, Plain, Fused>(6, Act::LeakyRelu, false);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }
+
+#[test]
+fn swiglu_backward_f32_matches_burn() {
+    let _serial = serial();
+    let burn_wrong = check_backward_of::<f32, Plain, Fused>(6, Act::Swiglu, false);
+    eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
+}

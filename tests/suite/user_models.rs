@@ -772,13 +772,22 @@ pub fn llama_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     const STEPS: usize = 6;
     let before = fused_steps();
     // SwiGLU's gate projection and SiLU, whose pre-activation and sigmoid `Autodiff` keeps,
-    // fused in each training step's forward (decision record 0023).
-    let silu_on = !hypatia::config::config().disabled(Pattern::LinearActivations);
+    // fused in each training step's forward (decision record 0023), and the gate side's
+    // backward in each step's backward (decision record 0030).
+    let config = hypatia::config::config();
+    let silu_on = !config.disabled(Pattern::LinearActivations);
+    let grad_on = !config.disabled(Pattern::MatmulActivationGrads);
     let fused = with_fused(
-        &[(
-            FusedPattern::LinearSilu,
-            if silu_on { STEPS as u64 } else { 0 },
-        )],
+        &[
+            (
+                FusedPattern::LinearSilu,
+                if silu_on { STEPS as u64 } else { 0 },
+            ),
+            (
+                FusedPattern::MatmulSwigluGrad,
+                if grad_on { STEPS as u64 } else { 0 },
+            ),
+        ],
         || train_llama::<Autodiff<FusedOf<F>>>(STEPS),
     );
     let claimed = fused_steps() - before;

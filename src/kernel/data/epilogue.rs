@@ -58,6 +58,11 @@ pub enum Epilogue {
     /// run-time slope) added, the gate the forward's saved bool mask `x < 0` (decision record
     /// 0029): see [`Gate::LeakyRelu`].
     LeakyReluGrad,
+    /// SwiGLU's gate-projection backward on `dy · Wᵀ` (`Autodiff` of
+    /// `silu(x · W₁) ⊙ (x · W₃)`): the product's gradient `(dy · Wᵀ) ⊙ b` (`b` the up projection,
+    /// the `aux` slot), then [`Epilogue::SiluGrad`]'s at the gate, its saved sigmoid in the
+    /// `mask` slot (decision record 0030).
+    SwigluGrad,
 }
 
 impl Epilogue {
@@ -72,6 +77,7 @@ impl Epilogue {
             Epilogue::SiluGrad => FusedPattern::MatmulSiluGrad,
             Epilogue::GeluTanhGrad => FusedPattern::MatmulGeluTanhGrad,
             Epilogue::LeakyReluGrad => FusedPattern::MatmulLeakyReluGrad,
+            Epilogue::SwigluGrad => FusedPattern::MatmulSwigluGrad,
             Epilogue::Gelu => FusedPattern::LinearGelu,
             Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
             Epilogue::Silu => FusedPattern::LinearSilu,
@@ -91,7 +97,8 @@ impl Epilogue {
             | Epilogue::GeluGradDropout
             | Epilogue::SiluGrad
             | Epilogue::GeluTanhGrad
-            | Epilogue::LeakyReluGrad => Activation::None,
+            | Epilogue::LeakyReluGrad
+            | Epilogue::SwigluGrad => Activation::None,
             Epilogue::Gelu => Activation::Gelu,
             Epilogue::GeluTanh => Activation::GeluTanh,
             Epilogue::Silu => Activation::Silu,
@@ -111,7 +118,7 @@ impl Epilogue {
         match self {
             Epilogue::ReluGrad | Epilogue::ReluGradDropout => Gate::Relu,
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => Gate::Gelu,
-            Epilogue::SiluGrad => Gate::Silu,
+            Epilogue::SiluGrad | Epilogue::SwigluGrad => Gate::Silu,
             Epilogue::GeluTanhGrad => Gate::GeluTanh,
             Epilogue::LeakyReluGrad => Gate::LeakyRelu,
             _ => Gate::None,
@@ -125,9 +132,15 @@ impl Epilogue {
     }
 
     /// Whether the epilogue reads a third gate-shaped tensor (the `aux` operand): tanh GELU's
-    /// saved tanh input.
+    /// saved tanh input, or SwiGLU's up projection.
     pub fn has_aux(&self) -> bool {
-        self.gate() == Gate::GeluTanh
+        self.gate() == Gate::GeluTanh || self.product()
+    }
+
+    /// Whether the accumulator is first multiplied by the `aux` operand (SwiGLU's backward: the
+    /// product's gradient, before the gate).
+    pub fn product(&self) -> bool {
+        *self == Epilogue::SwigluGrad
     }
 
     /// Whether the accumulator is first scaled and multiplied by a mask tensor (dropout's
@@ -147,7 +160,7 @@ impl Epilogue {
             Epilogue::Silu => &[-1.0, 1.0, -1.0],
             Epilogue::LeakyRelu => &[0.0],
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => &GELU_GRAD_CONSTANTS,
-            Epilogue::SiluGrad => &SILU_GRAD_CONSTANTS,
+            Epilogue::SiluGrad | Epilogue::SwigluGrad => &SILU_GRAD_CONSTANTS,
             Epilogue::GeluTanhGrad => &GELU_TANH_GRAD_CONSTANTS,
             Epilogue::Relu
             | Epilogue::Identity
@@ -286,6 +299,8 @@ pub struct EpilogueFlags {
     /// Scale the accumulator by `alpha` and multiply it by the mask before the gate
     /// (dropout's backward).
     pub dropout: bool,
+    /// Multiply the accumulator by `aux` before the gate (SwiGLU's backward).
+    pub product: bool,
     /// Write partial column sums of the stored output (a bias gradient, see
     /// [`sum_rows`](crate::kernel::sum_rows)).
     pub row_sums: bool,
@@ -300,6 +315,7 @@ impl EpilogueFlags {
             activation: epilogue.activation(),
             gate: epilogue.gate(),
             dropout: epilogue.dropout(),
+            product: epilogue.product(),
             row_sums: false,
         }
     }

@@ -156,7 +156,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("a mask goes with dropout's, SiLU's or tanh GELU's backward".into());
     }
     if args.epilogue.has_aux() != args.aux.is_some() {
-        return Err("an aux operand goes with tanh GELU's backward".into());
+        return Err("an aux operand goes with tanh GELU's or SwiGLU's backward".into());
     }
     for (what, tensor) in [
         ("gate", &args.gate),
@@ -237,6 +237,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         activation: args.epilogue.activation(),
         gate: args.epilogue.gate(),
         dropout: args.epilogue.dropout(),
+        product: args.epilogue.product(),
         bool_gate_bytes,
     };
     let bn = tiling.bn as usize;
@@ -334,6 +335,7 @@ mod tests {
             activation,
             gate: crate::kernel::Gate::None,
             dropout: false,
+            product: false,
             bool_gate_bytes: 0,
         }
     }

@@ -64,6 +64,9 @@ pub struct WgmmaSource {
     /// Whether the gradient first passes back through dropout (scaled, times its mask), as
     /// [`Epilogue::dropout`](crate::kernel::Epilogue::dropout).
     pub dropout: bool,
+    /// Whether the value is first multiplied by `aux` (SwiGLU's backward), as
+    /// [`Epilogue::product`](crate::kernel::Epilogue::product).
+    pub product: bool,
     /// A [bool gate](Gate::is_bool)'s bytes per element (1 for a u8 store, 4 for u32), read as
     /// that integer (`GATE_ELEM`); 0 for a gate of the operands' type.
     pub bool_gate_bytes: u8,
@@ -132,6 +135,7 @@ impl WgmmaSource {
             .define("ACT", format_args!("{}u", self.activation.code()))
             .define("GATE", format_args!("{}u", self.gate.code()))
             .define("DROPOUT", self.dropout as u32)
+            .define("PRODUCT", self.product as u32)
             .define(
                 "GATE_ELEM",
                 match self.bool_gate_bytes {

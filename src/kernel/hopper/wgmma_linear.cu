@@ -101,8 +101,10 @@ struct Params {
 // alpha and multiplied by it before the gate, as Burn's dropout backward does) or SiLU's saved
 // sigmoid (GATE_SILU: gate_grad's `s`) or tanh GELU's saved tanh + 1 (GATE_GELU_TANH: the same).
 #define MASKED (DROPOUT || GATE == GATE_SILU || GATE == GATE_GELU_TANH)
-// A third, `aux`, read the same way: tanh GELU's saved tanh input (gate_grad's `i`).
-#define AUXED (GATE == GATE_GELU_TANH)
+// A third, `aux`, read the same way: tanh GELU's saved tanh input (gate_grad's `i`), or
+// SwiGLU's up projection (PRODUCT: the value is multiplied by it before the gate, as Burn's
+// `mul` backward does).
+#define AUXED (GATE == GATE_GELU_TANH || PRODUCT)
 // The gate moves by TMA through the output's staging buffer (TMA_STORE), except LeakyReLU's,
 // a bool mask (GATE_ELEM, a bool's storage integer): read where the thread stores, as `mask`.
 #define STAGED_GATE (TMA_STORE && GATE != GATE_LEAKY_RELU)
@@ -282,6 +284,11 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                 // Burn's dropout backward: `mul_scalar(grad, 1 / (1 - p))`, then `mul(.., mask)`.
                 v0 = ROUND(ROUND(v0 * p.alpha) * mk[jj][h * 2]);
                 v1 = ROUND(ROUND(v1 * p.alpha) * mk[jj][h * 2 + 1]);
+#endif
+#if PRODUCT
+                // SwiGLU's backward: `mul(grad, b)`, the product's gradient for `silu(a)`.
+                v0 = ROUND(v0 * ax[jj][h * 2]);
+                v1 = ROUND(v1 * ax[jj][h * 2 + 1]);
 #endif
                 if (GATED) {
                     // An activation's backward at the forward's pre-activation (`GATE`), SiLU's
