@@ -82,56 +82,17 @@ const fn relu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
     }
 }
 
-/// GELU's backward `gelu_backward(pre, dy · Wᵀ)`, laid out as [`relu_grad`].
-const fn gelu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
-    Case {
-        epilogue: Epilogue::GeluGrad,
-        ..relu_grad(m, k, n, specials)
-    }
-}
-
-/// SiLU's backward, laid out as [`relu_grad`], its saved sigmoid read as a second operand.
-const fn silu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
-    Case {
-        epilogue: Epilogue::SiluGrad,
-        ..relu_grad(m, k, n, specials)
-    }
-}
-
-/// Tanh GELU's backward, laid out as [`relu_grad`], its saved `tanh + 1` and tanh input read as
-/// a second and a third operand.
-const fn gelu_tanh_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
-    Case {
-        epilogue: Epilogue::GeluTanhGrad,
-        ..relu_grad(m, k, n, specials)
-    }
-}
-
-/// SwiGLU's gate-projection backward, laid out as [`relu_grad`]: the product times the up
-/// projection (the third operand), then SiLU's backward with its saved sigmoid (the second).
-const fn swiglu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
-    Case {
-        epilogue: Epilogue::SwigluGrad,
-        ..relu_grad(m, k, n, specials)
-    }
-}
-
-/// LeakyReLU's backward, laid out as [`relu_grad`], its gate the forward's saved bool mask
-/// (u8, as CUDA stores bools; one element 2, which is true as any nonzero byte) and its slope
-/// the first parameter.
-const fn leaky_relu_grad(m: usize, k: usize, n: usize, specials: bool) -> Case {
-    Case {
-        epilogue: Epilogue::LeakyReluGrad,
-        ..relu_grad(m, k, n, specials)
-    }
-}
-
-/// `epilogue`'s backward (ReLU's or GELU's) through dropout: the product scaled by the first
-/// parameter and multiplied by a 0/1 mask before the gate.
-const fn dropout_grad(m: usize, k: usize, n: usize, epilogue: Epilogue) -> Case {
+/// `epilogue`'s backward `dy · Wᵀ`, laid out as [`relu_grad`]: GELU's (`gelu_backward(pre, ..)`),
+/// SiLU's (its saved sigmoid the second operand), tanh GELU's (its saved `tanh + 1` and tanh
+/// input the second and third), LeakyReLU's (its gate the forward's saved bool mask, u8 as CUDA
+/// stores bools, one element 2, which is true as any nonzero byte; its slope the first
+/// parameter), SwiGLU's (the up projection the third operand, then SiLU's backward with the
+/// saved sigmoid), or ReLU's or GELU's through dropout (the product scaled by the first
+/// parameter and multiplied by a 0/1 mask before the gate).
+const fn grad(epilogue: Epilogue, m: usize, k: usize, n: usize, specials: bool) -> Case {
     Case {
         epilogue,
-        ..relu_grad(m, k, n, true)
+        ..relu_grad(m, k, n, specials)
     }
 }
 
@@ -200,20 +161,20 @@ const CASES: [Case; 35] = [
     // over from one tile to the next.
     relu_grad(2176, 64, 2048, true),
     // GELU's backward: the derivative of the gate, times the product.
-    gelu_grad(300, 264, 1000, true),
-    gelu_grad(2176, 64, 2048, false),
+    grad(Epilogue::GeluGrad, 300, 264, 1000, true),
+    grad(Epilogue::GeluGrad, 2176, 64, 2048, false),
     // SiLU's backward reads the saved sigmoid beside the gate; dropout's backward its mask.
-    silu_grad(300, 264, 1000, true),
-    silu_grad(2176, 64, 2048, false),
-    gelu_tanh_grad(300, 264, 1000, true),
-    gelu_tanh_grad(2176, 64, 2048, false),
-    leaky_relu_grad(300, 264, 1000, true),
-    leaky_relu_grad(2176, 64, 2048, false),
-    swiglu_grad(300, 264, 1000, true),
-    swiglu_grad(2176, 64, 2048, false),
-    dropout_grad(300, 264, 1000, Epilogue::ReluGradDropout),
-    dropout_grad(2176, 64, 2048, Epilogue::ReluGradDropout),
-    dropout_grad(33, 1024, 4096, Epilogue::GeluGradDropout),
+    grad(Epilogue::SiluGrad, 300, 264, 1000, true),
+    grad(Epilogue::SiluGrad, 2176, 64, 2048, false),
+    grad(Epilogue::GeluTanhGrad, 300, 264, 1000, true),
+    grad(Epilogue::GeluTanhGrad, 2176, 64, 2048, false),
+    grad(Epilogue::LeakyReluGrad, 300, 264, 1000, true),
+    grad(Epilogue::LeakyReluGrad, 2176, 64, 2048, false),
+    grad(Epilogue::SwigluGrad, 300, 264, 1000, true),
+    grad(Epilogue::SwigluGrad, 2176, 64, 2048, false),
+    grad(Epilogue::ReluGradDropout, 300, 264, 1000, true),
+    grad(Epilogue::ReluGradDropout, 2176, 64, 2048, true),
+    grad(Epilogue::GeluGradDropout, 33, 1024, 4096, true),
     Case {
         specials: true,
         ..case(2176, 64, 2048)
@@ -767,12 +728,12 @@ const TINY: [Case; 15] = [
     },
     relu_grad(33, 5, 65, true),
     relu_grad(64, 64, 64, false),
-    gelu_grad(17, 45, 33, true),
-    silu_grad(17, 45, 33, true),
-    gelu_tanh_grad(17, 45, 33, true),
-    leaky_relu_grad(17, 45, 33, true),
-    swiglu_grad(17, 45, 33, true),
-    dropout_grad(33, 5, 64, Epilogue::GeluGradDropout),
+    grad(Epilogue::GeluGrad, 17, 45, 33, true),
+    grad(Epilogue::SiluGrad, 17, 45, 33, true),
+    grad(Epilogue::GeluTanhGrad, 17, 45, 33, true),
+    grad(Epilogue::LeakyReluGrad, 17, 45, 33, true),
+    grad(Epilogue::SwigluGrad, 17, 45, 33, true),
+    grad(Epilogue::GeluGradDropout, 33, 5, 64, true),
     Case {
         lead: 3,
         bias: false,

@@ -12,7 +12,8 @@
 //! batches of about 1e13 FLOPs (10 to 500 launches), every output kept alive until the device
 //! syncs, after three warm-up batches. Then one training step of the MLP (`nn::Linear`s with
 //! ReLU between them, MSE loss, forward and backward), batches of 10 steps, as `bench_train`.
-//! One line per row: `linear DTYPE MxKxN ms HOST_MS` and `train DTYPE B:I:H:O ms HOST_MS`.
+//! One line per row: `linear DTYPE MxKxN ms HOST_MS` and `train DTYPE B:I:H:O ms HOST_MS TFLOPS`
+//! (the step's rate: one beyond the GPU's peak means the step did not run in full).
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Device, DeviceIndex, Distribution, FloatDType, Tensor, activation::relu};
 use std::time::Instant;
@@ -112,10 +113,25 @@ fn main() {
         let model = Mlp::new(&[spec[1], spec[2], spec[2], spec[3]], &train);
         let x = Tensor::<2>::random([spec[0], spec[1]], normal, &train);
         let target = Tensor::<2>::random([spec[0], spec[3]], normal, &train);
-        let (ms, host) = measure(&train, 10, runs, || {
+        // Each step hands back its first weight's gradient, so a step whose backward did not
+        // reach the weights fails here instead of timing less work.
+        let step = || {
             let loss = (model.forward(x.clone()) - target.clone()).powi_scalar(2).mean();
-            loss.backward()
-        });
-        println!("train {dtype} {mlp} {ms:.4} {host:.4}");
+            let grads = loss.backward();
+            (model.layers[0].weight.val().grad(&grads)).expect("the first weight's gradient")
+        };
+        let (ms, host) = measure(&train, 10, runs, step);
+        // Read back: the gradient was computed, and finite.
+        let sum: f32 = step().sum().into_scalar();
+        assert!(sum.is_finite(), "the first weight's gradient sums to {sum}");
+        // Forward, then two products per Linear backward: 3 · 2 · batch · Σ in · out.
+        let flops: f64 = 6.0
+            * spec[0] as f64
+            * [(spec[1], spec[2]), (spec[2], spec[2]), (spec[2], spec[3])]
+                .iter()
+                .map(|&(i, o)| (i * o) as f64)
+                .sum::<f64>();
+        let tflops = flops / (ms * 1e-3) / 1e12;
+        println!("train {dtype} {mlp} {ms:.4} {host:.4} {tflops:.0}");
     }
 }
