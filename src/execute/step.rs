@@ -201,7 +201,7 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
         )?;
     }
     for saved in mask.iter().chain(&aux) {
-        check_gate(saved, Gate::Relu, &problem.out_shape, problem.dtype)?;
+        check_gate(saved, Gate::None, &problem.out_shape, problem.dtype)?;
     }
     let client = context
         .handles

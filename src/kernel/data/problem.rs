@@ -146,7 +146,7 @@ fn matmul_out_shape(lhs: &[usize], rhs: &[usize]) -> Option<Vec<usize>> {
 /// kernels read its integer, and a native bool has none), read as rows of the last dim
 /// ([`row_stride`]): contiguous, or with rows padded to a pitch, as CubeCL's CUDA runtime
 /// allocates tensors whose rows are not a multiple of its alignment. A second or third
-/// gate-shaped operand (a saved value) is checked as a float gate ([`Gate::Relu`]).
+/// gate-shaped operand (a saved value) is checked with [`Gate::None`], as a float.
 ///
 /// # Errors
 /// [`KernelError::UnsupportedGate`] naming what differs.
@@ -158,10 +158,7 @@ pub fn check_gate<R: Runtime>(
 ) -> Result<(), KernelError> {
     let rows = row_stride(&gate.shape, &gate.handle.strides);
     let typed = match kind.is_bool() {
-        true => matches!(
-            gate.handle.dtype,
-            DType::Bool(BoolStore::U8 | BoolStore::U32)
-        ),
+        true => bool_gate_bytes(gate.handle.dtype).is_some(),
         false => gate.handle.dtype == dtype,
     };
     if gate.shape != out_shape || !typed || rows.is_none() {
@@ -171,6 +168,16 @@ pub fn check_gate<R: Runtime>(
         });
     }
     Ok(())
+}
+
+/// The bytes per element of a bool gate of `dtype` that the kernels read as an integer (u8 or
+/// u32); `None` for any other dtype, a native bool among them.
+pub fn bool_gate_bytes(dtype: DType) -> Option<u8> {
+    match dtype {
+        DType::Bool(BoolStore::U8) => Some(1),
+        DType::Bool(BoolStore::U32) => Some(4),
+        _ => None,
+    }
 }
 
 /// The distance between rows of a tensor read as rows of its last dim: its last stride is 1

@@ -30,8 +30,8 @@ pub use source::{KERNEL_SOURCE, WgmmaElem, WgmmaSource};
 pub use wgmma_tiling::*;
 
 use crate::kernel::cuda::launch_source;
-use crate::kernel::{LinearArgs, is_aligned, is_contiguous};
-use burn_backend::{BoolStore, DType};
+use crate::kernel::{LinearArgs, bool_gate_bytes, is_aligned, is_contiguous};
+use burn_backend::DType;
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::features::Tma;
@@ -153,7 +153,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("a gate goes with a backward epilogue".into());
     }
     if args.epilogue.masked() != args.mask.is_some() {
-        return Err("a mask goes with dropout's, SiLU's or tanh GELU's backward".into());
+        return Err("a mask goes with dropout's, SiLU's, SwiGLU's or tanh GELU's backward".into());
     }
     if args.epilogue.has_aux() != args.aux.is_some() {
         return Err("an aux operand goes with tanh GELU's or SwiGLU's backward".into());
@@ -171,9 +171,8 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
     }
     // A bool gate (LeakyReLU's mask) is read from global memory, never staged.
     let bool_gate_bytes = match args.gate.as_ref().map(|g| g.dtype) {
-        Some(DType::Bool(BoolStore::U8)) => 1,
-        Some(DType::Bool(BoolStore::U32)) => 4,
-        Some(DType::Bool(_)) => return Err("a native bool gate has no integer to read".into()),
+        Some(dtype @ DType::Bool(_)) => bool_gate_bytes(dtype)
+            .ok_or_else(|| "a native bool gate has no integer to read".to_string())?,
         _ => 0,
     };
     let staged_gate = args.gate.as_ref().filter(|_| bool_gate_bytes == 0);

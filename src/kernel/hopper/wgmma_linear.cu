@@ -100,7 +100,8 @@ struct Params {
 // thread stores (contiguous, as the gate): dropout's mask (DROPOUT: the value is scaled by
 // alpha and multiplied by it before the gate, as Burn's dropout backward does) or SiLU's saved
 // sigmoid (GATE_SILU: gate_grad's `s`) or tanh GELU's saved tanh + 1 (GATE_GELU_TANH: the same).
-#define MASKED (DROPOUT || GATE == GATE_SILU || GATE == GATE_GELU_TANH)
+#define SAVES (GATE == GATE_SILU || GATE == GATE_GELU_TANH)
+#define MASKED (DROPOUT || SAVES)
 // A third, `aux`, read the same way: tanh GELU's saved tanh input (gate_grad's `i`), or
 // SwiGLU's up projection (PRODUCT: the value is multiplied by it before the gate, as Burn's
 // `mul` backward does).
@@ -293,7 +294,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                 if (GATED) {
                     // An activation's backward at the forward's pre-activation (`GATE`), SiLU's
                     // with its saved sigmoid, tanh GELU's with its saved tanh + 1 and tanh input.
-                    const bool saves = GATE == GATE_SILU || GATE == GATE_GELU_TANH;
+                    const bool saves = SAVES;
                     const float s0 = saves ? mk[jj][h * 2] : 0.0f;
                     const float s1 = saves ? mk[jj][h * 2 + 1] : 0.0f;
                     const float i0 = AUXED ? ax[jj][h * 2] : 0.0f;
