@@ -224,4 +224,6 @@ mod book {
     struct Decision0029;
     #[doc = include_str!("../docs/decisions/0030-swiglu-backward.md")]
     struct Decision0030;
+    #[doc = include_str!("../docs/decisions/0031-swiglu-forward.md")]
+    struct Decision0031;
 }

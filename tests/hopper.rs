@@ -96,7 +96,7 @@ const fn grad(epilogue: Epilogue, m: usize, k: usize, n: usize, specials: bool) 
     }
 }
 
-const CASES: [Case; 35] = [
+const CASES: [Case; 37] = [
     Case {
         x_pad: 24,
         lead: 2,
@@ -211,6 +211,20 @@ const CASES: [Case; 35] = [
         bias: false,
         epilogue: Epilogue::Clamp,
         ..case(200, 72, 136)
+    },
+    // SwiGLU's forward: SiLU, then times the up projection (the third operand); with more
+    // tiles than SMs and the pre-activation written.
+    Case {
+        specials: true,
+        bias: false,
+        pre: false,
+        epilogue: Epilogue::Swiglu,
+        ..case(200, 72, 136)
+    },
+    Case {
+        bias: false,
+        epilogue: Epilogue::Swiglu,
+        ..case(2176, 64, 2048)
     },
 ];
 
@@ -496,7 +510,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
         Epilogue::GeluTanhGrad => {
             stored(gate.iter().map(|&g| common::gelu_tanh_inner(g)).collect())
         }
-        Epilogue::SwigluGrad => stored(values(rows * c.n, 7)),
+        Epilogue::SwigluGrad | Epilogue::Swiglu => stored(values(rows * c.n, 7)),
         _ => vec![0.0; gate.len()],
     };
     let mask: Vec<f64> = match c.epilogue {
@@ -525,6 +539,7 @@ fn prepare<H: Float>(c: Case) -> Prepared {
             Epilogue::GeluGradDropout => common::gelu_grad_reference(g) * (v * scale * s),
             Epilogue::SiluGrad => common::silu_grad_with_saved(g, s, v),
             Epilogue::SwigluGrad => common::silu_grad_with_saved(g, s, v * i),
+            Epilogue::Swiglu => activation(Epilogue::Silu, v) * i,
             Epilogue::GeluTanhGrad => common::gelu_tanh_grad_with_saved(g, s, i, v),
             Epilogue::LeakyReluGrad if g != 0.0 => v * PARAMS[0] as f64,
             Epilogue::LeakyReluGrad => v,
@@ -714,8 +729,8 @@ fn wgmma_linear_matches_f64_reference_tf32() {
 
 /// Tiny and odd problems (`m, k, n` from 1 to 65, `k` of 1, 5 and 45): forward with bias,
 /// pre-activation and NaN/±Inf, rank 3, ReLU's, GELU's (through dropout too) and SiLU's backward
-/// `dy · Wᵀ` gated, and weight gradients `xᵀ · dy`.
-const TINY: [Case; 15] = [
+/// `dy · Wᵀ` gated, SwiGLU's forward and backward, and weight gradients `xᵀ · dy`.
+const TINY: [Case; 16] = [
     case(1, 1, 1),
     Case {
         lead: 2,
@@ -733,6 +748,12 @@ const TINY: [Case; 15] = [
     grad(Epilogue::GeluTanhGrad, 17, 45, 33, true),
     grad(Epilogue::LeakyReluGrad, 17, 45, 33, true),
     grad(Epilogue::SwigluGrad, 17, 45, 33, true),
+    Case {
+        specials: true,
+        bias: false,
+        epilogue: Epilogue::Swiglu,
+        ..case(17, 45, 33)
+    },
     grad(Epilogue::GeluGradDropout, 33, 5, 64, true),
     Case {
         lead: 3,

@@ -274,7 +274,7 @@ pub enum Pattern {
     MatmulActivationGrads,
     /// Linear + bias + ReLU.
     LinearRelu,
-    /// Linear + bias + the activations other than ReLU (GELU, SiLU, LeakyReLU, clamp).
+    /// Linear + bias + the activations other than ReLU (GELU, SiLU, LeakyReLU, clamp, SwiGLU).
     LinearActivations,
     /// Runs of small layers as one MLP-chain launch.
     MlpChain,

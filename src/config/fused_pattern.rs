@@ -23,6 +23,8 @@ pub enum FusedPattern {
     LinearSilu,
     /// Linear + LeakyReLU.
     LinearLeakyRelu,
+    /// SwiGLU's forward: Linear + SiLU times a second matmul of the same input (Llama's FFN).
+    LinearSwiglu,
     /// Linear + clamp (ReLU6 among them).
     LinearClamp,
     /// A plain matmul: a weight gradient, or a Linear without bias or activation.
@@ -49,13 +51,14 @@ pub enum FusedPattern {
 
 impl FusedPattern {
     /// Every pattern.
-    pub const ALL: [FusedPattern; 15] = [
+    pub const ALL: [FusedPattern; 16] = [
         FusedPattern::Linear,
         FusedPattern::LinearRelu,
         FusedPattern::LinearGelu,
         FusedPattern::LinearGeluTanh,
         FusedPattern::LinearSilu,
         FusedPattern::LinearLeakyRelu,
+        FusedPattern::LinearSwiglu,
         FusedPattern::LinearClamp,
         FusedPattern::Matmul,
         FusedPattern::MatmulReluGrad,
@@ -76,6 +79,7 @@ impl FusedPattern {
             FusedPattern::LinearGeluTanh => "linear-gelu-tanh",
             FusedPattern::LinearSilu => "linear-silu",
             FusedPattern::LinearLeakyRelu => "linear-leaky-relu",
+            FusedPattern::LinearSwiglu => "linear-swiglu",
             FusedPattern::LinearClamp => "linear-clamp",
             FusedPattern::Matmul => "matmul",
             FusedPattern::MatmulReluGrad => "matmul-relu-grad",

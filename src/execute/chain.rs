@@ -185,7 +185,7 @@ pub(super) fn run_chain<R: CubeRuntime, F: CubeStream<R>>(
             let last_w = real_tensor(context, &last.w.id);
             run_unfused(all_ops(), context, execution);
             let tf32 = has_matrix_units(client, DType::F32);
-            return match compare(last, [&x, &last_w], outputs, context, tf32) {
+            return match compare(last, [&x, &last_w], outputs, None, context, tf32) {
                 Ok(()) => ChainRun::Ran { verified: true },
                 Err(reason) => ChainRun::Failed(reason),
             };

@@ -10,8 +10,8 @@ use crate::config::{HypatiaConfig, VerifyMode};
 use crate::kernel::EngineChoices;
 use crate::kernel::engine::tensor_core_linear;
 use crate::kernel::{
-    EpilogueInputs, Gate, LinearOutputs, check_gate, check_linear, launch_bias_activation,
-    launch_fused_linear,
+    Epilogue, EpilogueInputs, Gate, LinearOutputs, LinearProblem, Operand, check_gate,
+    check_linear, launch_bias_activation, launch_fused_linear,
 };
 use crate::plan::{FusedLinear, TensorRef};
 use burn_backend::DType;
@@ -64,6 +64,8 @@ pub(super) struct Produced<R: CubeRuntime> {
     pub(super) consumed: Vec<TensorRef>,
     /// This execution's first launch on this step: flushed and checked after it.
     pub(super) first_launch: bool,
+    /// SwiGLU's up projection, where a Hypatia kernel computed it.
+    pub(super) up: Option<CubeFusionHandle<R>>,
 }
 
 /// One fused step, tiled, on the tensor-core engine or split. On `Err` the step ran as Burn's
@@ -106,7 +108,10 @@ pub(super) fn run_fused<R: CubeRuntime, F: CubeStream<R>>(
         // Burn's ops produce the results the user reads; the fused ones are only compared.
         run_unfused(produced.rest.iter().copied(), context, execution);
         let tf32 = has_matrix_units(&client, DType::F32);
-        compare(step, [&x, &w], produced.outputs, context, tf32)?;
+        let up = produced
+            .up
+            .filter(|_| step.up.as_ref().is_some_and(|up| up.kept));
+        compare(step, [&x, &w], produced.outputs, up, context, tf32)?;
         return Ok(Ran {
             kind,
             launched: true,
@@ -122,6 +127,12 @@ pub(super) fn run_fused<R: CubeRuntime, F: CubeStream<R>>(
     if let (Some(pre), Some(handle)) = (step.pre, outputs.pre) {
         let pre = real_tensor(context, &pre);
         context.handles.register_handle(pre.id, handle);
+    }
+    if let (Some(up), Some(handle)) = (&step.up, produced.up)
+        && up.kept
+    {
+        let up = real_tensor(context, &up.out);
+        context.handles.register_handle(up.id, handle);
     }
     // The values kept from the pre-activation alone, by Burn's ops (decision record 0023).
     run_recomputed(recompute, &step.recomputed, context, execution);
@@ -175,20 +186,35 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
     let gate = step.gate.map(|r| real_tensor(context, &r.id));
     let mask = step.mask.map(|r| real_tensor(context, &r.id));
     let aux = step.aux.map(|r| real_tensor(context, &r.id));
+    let up = step
+        .up
+        .as_deref()
+        .map(|up| (up, real_tensor(context, &up.w.id)));
     let out = real_tensor(context, &step.out);
     let problem = check_linear(
         (&x.shape, x.dtype),
         (&w.shape, w.dtype),
         bias.as_ref().map(|t| (t.shape.as_ref(), t.dtype)),
     )?;
+    let incompatible = |rhs: &TensorIr| crate::kernel::KernelError::IncompatibleShapes {
+        lhs: x.shape.to_vec(),
+        rhs: rhs.shape.to_vec(),
+        bias: bias.as_ref().map(|t| t.shape.to_vec()),
+    };
     if problem.out_shape.as_slice() != out.shape.as_ref() {
-        return Err(crate::kernel::KernelError::IncompatibleShapes {
-            lhs: x.shape.to_vec(),
-            rhs: w.shape.to_vec(),
-            bias: bias.as_ref().map(|t| t.shape.to_vec()),
-        }
-        .into());
+        return Err(incompatible(w).into());
     }
+    // SwiGLU's up projection: `x · w_up`, of the output's shape.
+    let up_problem = match &up {
+        Some((_, w_up)) => {
+            let up_problem = check_linear((&x.shape, x.dtype), (&w_up.shape, w_up.dtype), None)?;
+            if up_problem.out_shape != problem.out_shape {
+                return Err(incompatible(w_up).into());
+            }
+            Some(up_problem)
+        }
+        None => None,
+    };
     let gate = gate.map(|t| operand(context, &t));
     let mask = mask.map(|t| operand(context, &t));
     let aux = aux.map(|t| operand(context, &t));
@@ -234,33 +260,62 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
     let produced = match kind {
         Execution::Tiled | Execution::TensorCore => {
             let (x, w) = (operand(context, x), operand(context, w));
-            let outputs = match kind {
-                Execution::Tiled => launch_fused_linear(&problem, &x, &w, epilogue, write_pre),
+            let linear = |problem: &LinearProblem, w: &Operand<R>, epilogue, write_pre| match kind {
+                Execution::Tiled => launch_fused_linear(problem, &x, w, epilogue, write_pre),
                 _ => {
                     let choices = EngineChoices::new(config, problem.f32_math(config));
                     let candidate = config.engine_candidate.as_deref();
-                    tensor_core_linear(&problem, &x, &w, epilogue, write_pre, choices, candidate)
+                    tensor_core_linear(problem, &x, w, epilogue, write_pre, choices, candidate)
                 }
             };
+            // SwiGLU's up projection first, a plain matmul on the same kernel; the epilogue
+            // reads it as its `aux` (decision record 0031).
+            let up = (up.as_ref().zip(up_problem.as_ref())).map(|((_, w_up), up_problem)| {
+                let w_up = operand(context, w_up);
+                let plain = EpilogueInputs::new(Epilogue::Identity, None);
+                Operand {
+                    handle: linear(up_problem, &w_up, plain, false).out,
+                    shape: up_problem.out_shape.clone(),
+                    id: None,
+                }
+            });
+            let aux = epilogue.aux.or(up.as_ref());
+            let outputs = linear(&problem, &w, EpilogueInputs { aux, ..epilogue }, write_pre);
             Produced {
                 outputs,
                 rest: step.ops.clone(),
                 consumed: step.operands().collect(),
                 first_launch,
+                up: up.map(|up| up.handle),
             }
         }
         Execution::Split => {
-            // The inner backend's matmul (its ops consume x and w as Burn would), then the
-            // epilogue kernel over its output, which only the step's other ops read.
-            run_unfused(step.matmul_ops.iter().copied(), context, execution);
+            // The inner backend's matmul (its ops consume x and w as Burn would; SwiGLU's up
+            // projection's with them, in block order), then the epilogue kernel over its
+            // output, which only the step's other ops read.
+            let up_ops = step.up.as_ref().map_or(&[][..], |up| &up.ops);
+            let mut matmuls: Vec<usize> = step.matmul_ops.iter().chain(up_ops).copied().collect();
+            matmuls.sort_unstable();
+            run_unfused(matmuls.iter().copied(), context, execution);
             let matmul_out = real_tensor(context, &step.matmul_out);
             let matmul_out = operand(context, &matmul_out);
-            let outputs = launch_bias_activation(&matmul_out, epilogue, write_pre)
-                .expect("check_linear accepted this bias for this output");
+            let up_out =
+                (step.up.as_ref()).map(|up| operand(context, &real_tensor(context, &up.out)));
+            let aux = epilogue.aux.or(up_out.as_ref());
+            let outputs =
+                launch_bias_activation(&matmul_out, EpilogueInputs { aux, ..epilogue }, write_pre)
+                    .expect("check_linear accepted this bias for this output");
             let rest = step.ops.iter().copied();
+            // An up projection nothing keeps is released as the step's last reader of it.
+            let up_read = (step.up.as_ref())
+                .filter(|up| !up.kept)
+                .map(|up| TensorRef {
+                    id: up.out,
+                    status: TensorStatus::ReadWrite,
+                });
             Produced {
                 outputs,
-                rest: rest.filter(|op| !step.matmul_ops.contains(op)).collect(),
+                rest: rest.filter(|op| !matmuls.contains(op)).collect(),
                 consumed: [step.bias, step.gate, step.mask, step.aux]
                     .into_iter()
                     .flatten()
@@ -268,8 +323,10 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
                         id: step.matmul_out,
                         status: TensorStatus::ReadWrite,
                     }])
+                    .chain(up_read)
                     .collect(),
                 first_launch,
+                up: None,
             }
         }
     };

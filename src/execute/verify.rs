@@ -137,13 +137,15 @@ pub(crate) fn read<R: CubeRuntime>(
         })
 }
 
-/// Compares the fused outputs with Burn's, which the step's ops have just registered. A bias
+/// Compares the fused outputs (and SwiGLU's up projection, where the step writes it) with
+/// Burn's, which the step's ops have just registered. A bias
 /// gradient, whose `sum_dim` ops run later, is compared with the column sums of Burn's output
 /// (in f64, on the host).
 pub(crate) fn compare<R: CubeRuntime>(
     step: &FusedLinear,
     [x, w]: [&TensorIr; 2],
     outputs: LinearOutputs<R>,
+    up: Option<CubeFusionHandle<R>>,
     context: &mut Context<CubeFusionHandle<R>>,
     tf32: bool,
 ) -> Result<(), FallbackReason> {
@@ -168,6 +170,7 @@ pub(crate) fn compare<R: CubeRuntime>(
     let pairs = [
         (Some(step.out), Some(outputs.out), "output"),
         (step.pre, outputs.pre, "pre-activation"),
+        (step.up.as_ref().map(|up| up.out), up, "up projection"),
     ];
     for (id, fused, tensor) in pairs {
         let (Some(id), Some(fused)) = (id, fused) else {

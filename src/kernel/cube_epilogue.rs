@@ -153,8 +153,10 @@ pub fn store_epilogue<F: Float, G: Numeric>(
         value = round::<F>(value * f32::cast_from(mask[pitched_at(mask, offset, col)]));
     }
     if flags.product {
-        // SwiGLU's backward: `mul(grad, b)`, the product's gradient for `silu(a)`.
-        value = round::<F>(value * f32::cast_from(aux[pitched_at(aux, offset, col)]));
+        // SwiGLU's `mul(silu(a), b)` (the activation stored first, as Burn's `silu` is), or its
+        // backward's `mul(grad, b)`, the product's gradient for `silu(a)`.
+        let factor = f32::cast_from(aux[pitched_at(aux, offset, col)]);
+        value = round::<F>(round::<F>(value) * factor);
     }
     if comptime![flags.gate != Gate::None] {
         let mut saved = 0.0f32;

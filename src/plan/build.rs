@@ -2,7 +2,7 @@
 
 use super::cover::{Covered, bias_grad_ops, cover, find_bias_grad};
 use super::{
-    BiasGrad, Candidate, FusedLinear, Plan, ScalarGuard, Step, TensorRef, find_candidates,
+    BiasGrad, Candidate, FusedLinear, Plan, ScalarGuard, Step, TensorRef, Up, find_candidates,
 };
 use crate::capture::Window;
 use crate::kernel::Epilogue;
@@ -147,6 +147,7 @@ pub(crate) fn plan_window_with<T>(
         | Epilogue::GeluTanh
         | Epilogue::Silu
         | Epilogue::LeakyRelu
+        | Epilogue::Swiglu
         | Epilogue::Clamp => options.activations,
     });
     if !options.chains {
@@ -367,6 +368,14 @@ fn assemble(
                 ),
             }
             let x = reference(c.x);
+            let up = (c.up.zip(a.up.as_ref())).map(|(w, (out, ops, kept))| {
+                Box::new(Up {
+                    w: reference(w),
+                    out: *out,
+                    kept: *kept,
+                    ops: ops.iter().copied().collect(),
+                })
+            });
             // A chained layer runs in its input's launch only right after the step making
             // that input, as its last reader, with nothing else kept from either.
             let chained = c.chained
@@ -397,6 +406,7 @@ fn assemble(
                 chained,
                 bias_grad: a.bias_grad.clone().map(Box::new),
                 recomputed: a.recomputed.iter().copied().collect(),
+                up,
             }));
         }
         if sums.contains(&index) {

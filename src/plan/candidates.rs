@@ -26,8 +26,12 @@ pub struct Candidate {
     /// Dropout's mask, read before the gate ([`Epilogue::dropout`]), or SiLU's saved sigmoid
     /// ([`Epilogue::masked`]).
     pub mask: Option<TensorId>,
-    /// Tanh GELU's saved tanh input ([`Epilogue::has_aux`]).
+    /// Tanh GELU's saved tanh input or SwiGLU's backward's up projection
+    /// ([`Epilogue::has_aux`]).
     pub aux: Option<TensorId>,
+    /// SwiGLU's up-projection weight ([`Epilogue::has_up`]): the step computes `x · up` and
+    /// reads it as its `aux`.
+    pub up: Option<TensorId>,
     /// The window tensors equal to `x · w (+ bias)` before the activation (one of them is
     /// the pattern's pre-activation); empty for relu's backward and a plain matmul.
     pub linear: Vec<TensorId>,
@@ -49,14 +53,15 @@ impl Candidate {
             self.gate,
             self.mask,
             self.aux,
+            self.up,
         ]
         .into_iter()
         .flatten()
     }
 }
 
-/// The roots whose cheapest term is a fused node: those with an activation first, then Linears
-/// alone, then plain matmuls (a smaller pattern inside a larger one is then an overlap), each
+/// The roots whose cheapest term is a fused node: SwiGLU's, those with an activation, then
+/// Linears alone, then plain matmuls (a smaller pattern inside a larger one is then an overlap), each
 /// group in window order, except that roots computing the same fused node come latest first.
 pub fn find_candidates(
     window: &Window,
@@ -83,11 +88,14 @@ pub fn find_candidates(
                 .filter(|_| !epilogue.gated())
                 .and_then(|b| egraph.lookup(TensorLang::Linear([x, w, b])));
             // Dropout's mask (or a saved value) is the fourth child, tanh GELU's saved tanh
-            // input the fifth; the scalars follow.
+            // input (or SwiGLU's up projection) the fifth, SwiGLU's up-projection weight the
+            // fourth of its forward; the scalars follow.
+            let up = epilogue.has_up().then(|| children[3]);
             let mask = epilogue.masked().then(|| children[3]);
-            let aux = epilogue.has_aux().then(|| children[4]);
+            let aux = (epilogue.has_aux() && up.is_none()).then(|| children[4]);
+            let operands = [mask, aux, up].iter().filter(|c| c.is_some()).count();
             let scalars: Option<Vec<u64>> = children
-                .get(3 + mask.is_some() as usize + aux.is_some() as usize..)
+                .get(3 + operands..)
                 .unwrap_or_default()
                 .iter()
                 .map(|&class| scalar_id(egraph, class))
@@ -97,7 +105,7 @@ pub fn find_candidates(
                 *root,
                 epilogue,
                 [x, w],
-                [bias, gate, mask, aux],
+                [bias, gate, mask, aux, up],
                 linear,
                 scalars?,
                 chained,
@@ -122,7 +130,7 @@ pub fn find_candidates(
     let candidates: Vec<Candidate> = raw
         .into_iter()
         .filter_map(
-            |(root, epilogue, [x, w], [bias, gate, mask, aux], linear, scalars, chained)| {
+            |(root, epilogue, [x, w], [bias, gate, mask, aux, up], linear, scalars, chained)| {
                 // An absent operand stays absent; a present one must name a window tensor.
                 let optional =
                     |class: Option<Id>| class.map(tensor_of).map_or(Some(None), |t| t.map(Some));
@@ -134,6 +142,7 @@ pub fn find_candidates(
                     gate: optional(gate)?,
                     mask: optional(mask)?,
                     aux: optional(aux)?,
+                    up: optional(up)?,
                     linear: linear
                         .map_or_else(Vec::new, |class| lowered.find_tensors(egraph, class)),
                     scalars,
@@ -148,16 +157,18 @@ pub fn find_candidates(
     // claimed (its intermediates are read elsewhere).
     let same = |a: &Candidate, b: &Candidate| {
         (
-            a.x, a.w, a.bias, a.gate, a.mask, a.aux, a.epilogue, &a.scalars,
+            a.x, a.w, a.bias, a.gate, a.mask, a.aux, a.up, a.epilogue, &a.scalars,
         ) == (
-            b.x, b.w, b.bias, b.gate, b.mask, b.aux, b.epilogue, &b.scalars,
+            b.x, b.w, b.bias, b.gate, b.mask, b.aux, b.up, b.epilogue, &b.scalars,
         )
     };
-    // Larger patterns first: an activation, then a Linear alone, then a plain matmul.
+    // Larger patterns first: SwiGLU's (two matmuls and an activation), an activation, then a
+    // Linear alone, then a plain matmul.
     let rank = |c: &Candidate| match (c.epilogue, c.bias) {
-        (Epilogue::Identity, Some(_)) => 1,
-        (Epilogue::Identity, None) => 2,
-        _ => 0,
+        _ if c.up.is_some() => 0,
+        (Epilogue::Identity, Some(_)) => 2,
+        (Epilogue::Identity, None) => 3,
+        _ => 1,
     };
     let order: Vec<(u8, usize, Reverse<usize>)> = (candidates.iter().enumerate())
         .map(|(i, c)| {

@@ -22,6 +22,9 @@ pub(super) struct Covered {
     /// The covered ops that compute values kept after the block from the pre-activation
     /// alone (see [`recomputed`]).
     pub(super) recomputed: BTreeSet<usize>,
+    /// SwiGLU's up projection: its output, the covered ops computing it, and whether it is
+    /// kept after the step (then the step writes it).
+    pub(super) up: Option<(TensorId, BTreeSet<usize>, bool)>,
 }
 
 impl Covered {
@@ -33,11 +36,15 @@ impl Covered {
         &'a self,
         window: &'a Window,
     ) -> impl Iterator<Item = TensorId> + 'a {
-        // What the recomputed ops make is materialised by them, as Burn's ops.
+        // What the recomputed ops make is materialised by them, as Burn's ops; a kept up
+        // projection by the step.
+        let written_up = (self.up.as_ref()).and_then(|(out, _, kept)| kept.then_some(*out));
         (self.ops.iter())
             .filter(|i| !self.recomputed.contains(i))
             .map(|&i| window.ops()[i].out().id)
-            .filter(|t| *t != self.candidate.root && Some(*t) != self.pre)
+            .filter(move |t| {
+                *t != self.candidate.root && Some(*t) != self.pre && Some(*t) != written_up
+            })
     }
 }
 
@@ -191,11 +198,20 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
             .any(|reader| !ops.contains(&reader))
             || window.find_last_status(value, &ops_list) == Some(TensorStatus::ReadOnly)
     };
+    let up = match candidate.up {
+        Some(weight) => {
+            let (out, up_ops) = up_projection(window, candidate.root, weight, &operands)?;
+            Some((out, up_ops, is_kept(out)))
+        }
+        None => None,
+    };
+    let up_out = up.as_ref().map(|(out, ..)| *out);
     let pre_kept = pre.filter(|&p| is_kept(p));
     let mut recomputed = BTreeSet::new();
     for &index in &ops {
         let value = window.ops()[index].out().id;
-        if value == candidate.root || Some(value) == pre || !is_kept(value) {
+        if value == candidate.root || Some(value) == pre || Some(value) == up_out || !is_kept(value)
+        {
             continue;
         }
         let ops = pre
@@ -223,7 +239,28 @@ fn cover_ops(window: &Window, candidate: &Candidate) -> Result<Covered, Reason> 
         matmul_ops,
         bias_grad: None,
         recomputed,
+        up,
     })
+}
+
+/// SwiGLU's up projection in the product at `root`: the factor computed by a matmul that reads
+/// the up projection's `weight` (through its views), and the ops computing it.
+fn up_projection(
+    window: &Window,
+    root: TensorId,
+    weight: TensorId,
+    operands: &HashSet<TensorId>,
+) -> Result<(TensorId, BTreeSet<usize>), Reason> {
+    let product = window.find_producer(root).ok_or(Reason::NoMatch)?;
+    let reads_weight = |&i: &usize| window.ops()[i].inputs.iter().any(|t| t.id == weight);
+    (window.ops()[product].inputs.iter())
+        .find_map(|factor| {
+            let ops = producers(window, factor.id, operands).ok()?;
+            let matmuls = (ops.iter()).filter(|&&i| window.ops()[i].kind == OpKind::Matmul);
+            // The matmul reads the weight itself, or a view of it.
+            (ops.iter().any(reads_weight) && matmuls.count() == 1).then_some((factor.id, ops))
+        })
+        .ok_or(Reason::NoMatch)
 }
 
 /// The covered ops computing `value` from the kept pre-activation `pre` and tensors made

@@ -69,6 +69,26 @@ pub struct FusedLinear {
     /// as Burn's ops (decision record 0023). Empty unless `pre` is written.
     #[serde(default)]
     pub recomputed: Vec<usize>,
+    /// SwiGLU's up projection ([`Epilogue::has_up`]), which the step computes before its
+    /// epilogue reads it as `aux`. (Boxed: most steps have none.)
+    #[serde(default)]
+    pub up: Option<Box<Up>>,
+}
+
+/// The up projection `x · w` of a SwiGLU step: a second matmul of the step's left operand,
+/// whose output the epilogue multiplies in (decision record 0031).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Up {
+    /// The up projection's weight, shaped as the step's `w`.
+    pub w: TensorRef,
+    /// `x · w`.
+    pub out: TensorId,
+    /// Something after the step reads `out` (`Autodiff` keeps it for the product's backward):
+    /// the step writes it.
+    pub kept: bool,
+    /// The ops among the step's computing `out` (the matmul and the weight's views), in block
+    /// order: a split execution runs them as Burn's ops.
+    pub ops: Vec<usize>,
 }
 
 /// A bias gradient produced by a fused step: Burn's `sum_dim` ops over every dim of the step's
@@ -188,8 +208,8 @@ impl FusedLinear {
         }
     }
 
-    /// The tensors the step reads, in kernel order: x, w, then bias, gate, mask and aux when
-    /// present.
+    /// The tensors the step reads, in kernel order: x, w, then bias, gate, mask, aux and the
+    /// up projection's weight when present.
     pub fn operands(&self) -> impl Iterator<Item = TensorRef> + '_ {
         [
             Some(self.x),
@@ -198,6 +218,7 @@ impl FusedLinear {
             self.gate,
             self.mask,
             self.aux,
+            self.up.as_ref().map(|up| up.w),
         ]
         .into_iter()
         .flatten()
@@ -247,6 +268,14 @@ impl Plan {
                         })
                     }),
                     recomputed: ops(&fused.recomputed),
+                    up: fused.up.as_ref().map(|up| {
+                        Box::new(Up {
+                            w: reference(up.w),
+                            out: tensor(up.out),
+                            kept: up.kept,
+                            ops: ops(&up.ops),
+                        })
+                    }),
                 }),
             }))
             .collect();

@@ -59,6 +59,9 @@ impl CostModel {
             | TensorLang::FusedLinearSilu(_)
             | TensorLang::FusedLinearLeakyRelu(_)
             | TensorLang::FusedLinearClamp(_) => MATMUL + EPILOGUE,
+            // Two matmuls of one input and the epilogue (x · u stays a matmul of its own where
+            // a kernel has no second operand: decision record 0031).
+            TensorLang::FusedLinearSwiglu(_) => 2.0 * MATMUL + EPILOGUE,
             TensorLang::ChainLinearRelu(_) | TensorLang::ChainLinear(_) => {
                 MATMUL + EPILOGUE - CHAINED
             }

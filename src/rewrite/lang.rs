@@ -82,6 +82,9 @@ define_language! {
         "fused-linear-gelu-tanh" = FusedLinearGeluTanh([Id; 8]),
         "fused-linear-silu" = FusedLinearSilu([Id; 6]),
         "fused-linear-leaky-relu" = FusedLinearLeakyRelu([Id; 5]),
+        // SwiGLU's forward `silu(x · w + bias) ⊙ (x · u)`: x, w, bias, the up projection's
+        // weight u, then SiLU's scalars.
+        "fused-linear-swiglu" = FusedLinearSwiglu([Id; 7]),
         "fused-linear-clamp" = FusedLinearClamp([Id; 5]),
         // A fused Linear (+ ReLU) run in the same launch as the fused Linear producing its
         // input, the hidden activation kept on chip (the MLP-chain kernel): x, w, bias.
@@ -117,6 +120,7 @@ impl TensorLang {
             TensorLang::FusedLinearGeluTanh(_) => Epilogue::GeluTanh,
             TensorLang::FusedLinearSilu(_) => Epilogue::Silu,
             TensorLang::FusedLinearLeakyRelu(_) => Epilogue::LeakyRelu,
+            TensorLang::FusedLinearSwiglu(_) => Epilogue::Swiglu,
             TensorLang::FusedLinearClamp(_) => Epilogue::Clamp,
             _ => return None,
         };

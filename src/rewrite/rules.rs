@@ -55,6 +55,8 @@ pub fn rules() -> Vec<Rewrite<TensorLang, TensorAnalysis>> {
         rewrite!("linear-gelu-tanh-to-fused"; "(gelu-tanh (linear ?x ?w ?b) ?s1 ?s2 ?s3 ?s4 ?s5)" => "(fused-linear-gelu-tanh ?x ?w ?b ?s1 ?s2 ?s3 ?s4 ?s5)" if linear_operands(&["?x", "?w", "?b"])),
         rewrite!("linear-silu-to-fused";  "(silu (linear ?x ?w ?b) ?s1 ?s2 ?s3)" => "(fused-linear-silu ?x ?w ?b ?s1 ?s2 ?s3)" if linear_operands(&["?x", "?w", "?b"])),
         rewrite!("linear-leaky-relu-to-fused"; "(leaky-relu (linear ?x ?w ?b) ?z ?slope)" => "(fused-linear-leaky-relu ?x ?w ?b ?z ?slope)" if linear_operands(&["?x", "?w", "?b"])),
+        // SwiGLU: `silu(x · w + bias) ⊙ (x · u)`, the up projection a second matmul of `x`.
+        rewrite!("linear-swiglu-to-fused"; "(mul (silu (linear ?x ?w ?b) ?s1 ?s2 ?s3) (matmul ?x ?u))" => "(fused-linear-swiglu ?x ?w ?b ?u ?s1 ?s2 ?s3)" if up_projection_operands()),
         rewrite!("linear-clamp-to-fused"; "(clamp (linear ?x ?w ?b) ?lo ?hi)"    => "(fused-linear-clamp ?x ?w ?b ?lo ?hi)" if linear_operands(&["?x", "?w", "?b"])),
         rewrite!("matmul-to-fused";       "(matmul ?x ?w)"                       => "(fused-matmul ?x ?w)" if same_kernel_float(&["?x", "?w"])),
         rewrite!("chain-linear-relu";     "(fused-linear-relu ?h ?w ?b)"         => "(chain-linear-relu ?h ?w ?b)" if made_by_layer("?h")),
@@ -229,6 +231,21 @@ fn leaky_relu_grad_operands() -> impl Fn(&mut TensorGraph, Id, &Subst) -> bool {
             && zeros(egraph, id, subst)
             && zeros2(egraph, id, subst)
     }
+}
+
+/// SwiGLU's forward: `[?x, ?w, ?b]` are a Linear's operands, and the up projection's weight
+/// `?u` has the gate projection's shape and type (so `x · u` has the Linear's shape).
+fn up_projection_operands() -> Condition {
+    let (w, u) = (var("?w"), var("?u"));
+    let linear = linear_operands(&["?x", "?w", "?b"]);
+    let same_float = same_kernel_float(&["?x", "?w", "?u"]);
+    Box::new(move |egraph, id, subst| {
+        let shape = |v| info(egraph, subst, v).map(|i| i.shape);
+        shape(w).is_some()
+            && shape(w) == shape(u)
+            && linear(egraph, id, subst)
+            && same_float(egraph, id, subst)
+    })
 }
 
 /// `?b` is a bias (not `no-bias`) and `vars` share a kernel float type.
@@ -563,6 +580,28 @@ mod tests {
     rewrite_test!(silu_in_bf16_fuses,
         &silu_of("(add (matmul t1:bf16:1x2 t2:bf16:2x3) t3:bf16:3)", "bf16")
         => "(fused-linear-silu t1:bf16:1x2 t2:bf16:2x3 t3:bf16:3 scalar:0 scalar:1 scalar:2)");
+    rewrite_test!(swiglu_of_two_matmuls_of_one_input_fuses,
+        &format!("(mul {} (matmul {X} t4:f32:2x3))", silu_of(&format!("(matmul {X} {W})"), "f32"))
+        => format!("(fused-linear-swiglu {X} {W} no-bias t4:f32:2x3 scalar:0 scalar:1 scalar:2)"));
+    rewrite_test!(swiglu_with_the_up_projection_first_and_a_biased_gate_fuses,
+        &format!("(mul (matmul {X} t4:f32:2x3) {})", silu_of(PRE, "f32"))
+        => format!("(fused-linear-swiglu {X} {W} {B} t4:f32:2x3 scalar:0 scalar:1 scalar:2)"));
+
+    /// The up projection must read the gate projection's input with a weight of its shape.
+    #[test]
+    fn swiglu_of_another_input_or_a_broadcast_weight_stays() {
+        for up in [
+            "(matmul t9:f32:1x2 t4:f32:2x3)",
+            "(matmul t1:f32:1x2 t4:f32:1x2x3)",
+        ] {
+            let best = best(&format!(
+                "(mul {} {up})",
+                silu_of(&format!("(matmul {X} {W})"), "f32")
+            ));
+            assert!(!best.contains("swiglu"), "{best}");
+            assert!(best.contains("fused-linear-silu"), "{best}");
+        }
+    }
     rewrite_test!(leaky_relu_of_linear_fuses,
         &format!("(mask-where {PRE} (lt {PRE} scalar:0) (mul-scalar {PRE} scalar:1))")
         => format!("(fused-linear-leaky-relu {X} {W} {B} scalar:0 scalar:1)"));

@@ -367,6 +367,8 @@ pub enum Properties {
     LeakyReluBackward,
     /// SwiGLU's gate-side backward, 6 cases.
     SwigluBackward,
+    /// SwiGLU's forward, 6 cases.
+    SwigluForward,
     /// Chained MLPs, 6 cases.
     Chains,
 }
@@ -375,7 +377,9 @@ pub enum Properties {
 #[allow(dead_code)] // used by tests/half_*.rs only
 pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
     use super::chain_properties::check_chains;
-    use super::properties::{Act, check_backward, check_backward_of, check_forward};
+    use super::properties::{
+        Act, check_backward, check_backward_of, check_forward, check_swiglu_forward,
+    };
     if !has_arithmetic::<F>() {
         return;
     }
@@ -402,6 +406,9 @@ pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
             "{:?}",
             check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Swiglu, false)
         ),
+        Properties::SwigluForward => {
+            format!("{:?}", check_swiglu_forward::<F, PlainOf<F>, FusedOf<F>>(6))
+        }
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };
     eprintln!("{which:?}: cases where Burn differs from float64: {burn_wrong}");

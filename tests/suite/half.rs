@@ -43,7 +43,7 @@ fn isolated(name: &str, body: impl FnOnce()) {
     }
 }
 
-/// One module of tests for the dtype `$dtype`: the eight every half dtype runs, then `$name`s of
+/// One module of tests for the dtype `$dtype`: the twelve every half dtype runs, then `$name`s of
 /// its own, each test named and run in a process of its own.
 macro_rules! half_tests {
     ($dtype:ident $(, $(#[$attr:meta])* $name:ident => $body:expr)* $(,)?) => {
@@ -62,6 +62,7 @@ macro_rules! half_tests {
                 gelu_tanh_backward_properties_hold => check::check_half_properties::<F>(Properties::GeluTanhBackward),
                 leaky_relu_backward_properties_hold => check::check_half_properties::<F>(Properties::LeakyReluBackward),
                 swiglu_backward_properties_hold => check::check_half_properties::<F>(Properties::SwigluBackward),
+                swiglu_forward_properties_hold => check::check_half_properties::<F>(Properties::SwigluForward),
                 chain_properties_hold => check::check_half_properties::<F>(Properties::Chains),
                 $($(#[$attr])* $name => $body),*
             );

@@ -281,6 +281,8 @@ struct Values {
     mask: Vec<f32>,
     /// SwiGLU's up projection, of `pre`'s shape.
     up: Vec<f32>,
+    /// SwiGLU's up-projection weight, of `w`'s shape (the forward's second matmul).
+    u: Vec<f32>,
 }
 
 /// The keep probability of the backward cases' dropout (Burn's `Dropout` with `prob` 0.1).
@@ -311,23 +313,41 @@ impl Problem {
                 })
                 .collect(),
             up: round(values(self.seed + 6, batch * m * n, 1.0, 0)),
+            u: round(values(self.seed + 7, k * n, scale, self.specials / 2)),
         }
+    }
+
+    /// `x · w` in float64, `w` a `[k, n]` weight.
+    fn product(&self, v: &Values, w: &[f32]) -> Vec<f64> {
+        let (batch, (m, k, n)) = (self.batch(), (self.m, self.k, self.n));
+        let mut out = vec![0.0f64; batch * m * n];
+        for (row, out) in out.chunks_mut(n).enumerate() {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = (0..k)
+                    .map(|l| v.x[row * k + l] as f64 * w[l * n + j] as f64)
+                    .sum::<f64>();
+            }
+        }
+        out
     }
 
     /// `pre = x·w (+ b)` in float64.
     fn pre(&self, v: &Values) -> Vec<f64> {
-        let (batch, (m, k, n)) = (self.batch(), (self.m, self.k, self.n));
-        let mut pre = vec![0.0f64; batch * m * n];
-        for (row, out) in pre.chunks_mut(n).enumerate() {
-            for (j, o) in out.iter_mut().enumerate() {
-                let bias = if self.bias { v.b[j] as f64 } else { 0.0 };
-                *o = bias
-                    + (0..k)
-                        .map(|l| v.x[row * k + l] as f64 * v.w[l * n + j] as f64)
-                        .sum::<f64>();
-            }
+        let n = self.n;
+        let mut pre = self.product(v, &v.w);
+        for (i, o) in pre.iter_mut().enumerate() {
+            *o += if self.bias { v.b[i % n] as f64 } else { 0.0 };
         }
         pre
+    }
+
+    /// SwiGLU's `silu(x·w (+ b)) ⊙ (x·u)` in float64, with Burn's sigmoid.
+    fn swiglu_reference(&self, scale: f32, dtype: DType) -> Vec<f32> {
+        let v = self.values(scale, dtype);
+        let up = self.product(&v, &v.u);
+        (self.pre(&v).iter().zip(up))
+            .map(|(&a, b)| (a * sigmoid_reference(a) * b) as f32)
+            .collect()
     }
 
     /// `relu(x·w (+ b))` in float64 with Burn's relu (NaN stays NaN).
@@ -450,6 +470,21 @@ fn forward<B: Backend, const D: usize>(p: &Problem, scale: f32) -> TensorData {
         None => y,
     })
     .into_data()
+}
+
+/// SwiGLU's forward as burn-nn's `SwiGlu` runs it, `silu(x·w (+ b)) ⊙ (x·u)`, the up
+/// projection's weight `u` laid out as `w`.
+fn swiglu_forward<B: Backend, const D: usize>(p: &Problem, scale: f32) -> TensorData {
+    let device = Default::default();
+    let (x, w, bias, _, _) = inputs::<B, D>(p, scale, &device);
+    let u = p.values(scale, B::FloatElem::dtype()).u;
+    let u = operand::<B, 2>(&u, [p.k, p.n], p.w_layout, &device).unsqueeze::<D>();
+    let y = x.clone().matmul(w);
+    let y = match bias {
+        Some(b) => y + b,
+        None => y,
+    };
+    (silu(y) * x.matmul(u)).into_data()
 }
 
 /// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b: the activation's gradient is
@@ -662,6 +697,33 @@ where
         let plain = at_rank!(p, forward::<P>(p, s));
         ran_fused(p, FusedPattern::LinearRelu, before)?;
         let reference = p.forward_reference(s, dtype);
+        let tol = reference_tolerance(dtype, false, p.policy);
+        judge(
+            "output",
+            &fused,
+            &plain,
+            &reference,
+            tol,
+            burn_tolerance(dtype),
+        )
+    })
+}
+
+/// [`check_forward`] for SwiGLU's forward (`silu(x·w (+ b)) ⊙ (x·u)`): under a forced
+/// execution each case ran as Hypatia's `linear-swiglu` step.
+pub fn check_swiglu_forward<F, P, H>(cases: u32) -> Vec<Problem>
+where
+    F: Element,
+    P: Backend<FloatElem = F>,
+    H: Backend<FloatElem = F, Device = P::Device>,
+{
+    let (dtype, s) = (F::dtype(), scale::<F>());
+    run_problems(cases, dtype, |p| {
+        let before = steps(FusedPattern::LinearSwiglu);
+        let fused = at_rank!(p, swiglu_forward::<H>(p, s));
+        let plain = at_rank!(p, swiglu_forward::<P>(p, s));
+        ran_fused(p, FusedPattern::LinearSwiglu, before)?;
+        let reference = p.swiglu_reference(s, dtype);
         let tol = reference_tolerance(dtype, false, p.policy);
         judge(
             "output",

@@ -2,7 +2,9 @@
 
 use super::chain_properties::check_chains;
 use super::common::{Fused, Plain, serial};
-use super::properties::{Act, check_backward, check_backward_of, check_forward};
+use super::properties::{
+    Act, check_backward, check_backward_of, check_forward, check_swiglu_forward,
+};
 
 #[test]
 fn forward_f32_matches_burn() {
@@ -66,5 +68,12 @@ fn leaky_relu_backward_f32_matches_burn() {
 fn swiglu_backward_f32_matches_burn() {
     let _serial = serial();
     let burn_wrong = check_backward_of::<f32, Plain, Fused>(6, Act::Swiglu, false);
+    eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
+}
+
+#[test]
+fn swiglu_forward_f32_matches_burn() {
+    let _serial = serial();
+    let burn_wrong = check_swiglu_forward::<f32, Plain, Fused>(8);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }

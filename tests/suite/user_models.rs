@@ -771,16 +771,17 @@ fn train_llama<B: AutodiffBackend>(steps: usize) -> Run {
 pub fn llama_trains_as_on_burn<F: burn_cubecl::FloatElement>() {
     const STEPS: usize = 6;
     let before = fused_steps();
-    // SwiGLU's gate projection and SiLU, whose pre-activation and sigmoid `Autodiff` keeps,
-    // fused in each training step's forward (decision record 0023), and the gate side's
-    // backward in each step's backward (decision record 0030).
+    // SwiGLU's two projections, SiLU and their product, whose pre-activation, sigmoid and up
+    // projection `Autodiff` keeps, fused in each training step's forward (decision records
+    // 0023, 0031), and the gate side's backward in each step's backward (decision record
+    // 0030).
     let config = hypatia::config::config();
     let silu_on = !config.disabled(Pattern::LinearActivations);
     let grad_on = !config.disabled(Pattern::MatmulActivationGrads);
     let fused = with_fused(
         &[
             (
-                FusedPattern::LinearSilu,
+                FusedPattern::LinearSwiglu,
                 if silu_on { STEPS as u64 } else { 0 },
             ),
             (

@@ -63,6 +63,11 @@ pub enum Epilogue {
     /// the `aux` slot), then [`Epilogue::SiluGrad`]'s at the gate, its saved sigmoid in the
     /// `mask` slot (decision record 0030).
     SwigluGrad,
+    /// SwiGLU's forward, `silu(x · W₁ + bias) ⊙ (x · W₃)` (Llama's FFN before its down
+    /// projection): [`Epilogue::Silu`], rounded to the storage type as Burn stores `silu`, then
+    /// multiplied by the up projection `x · W₃` (the `aux` slot, which the step computes first:
+    /// [`Up`](crate::plan::Up)) as Burn's `mul` (decision record 0031).
+    Swiglu,
 }
 
 impl Epilogue {
@@ -78,6 +83,7 @@ impl Epilogue {
             Epilogue::GeluTanhGrad => FusedPattern::MatmulGeluTanhGrad,
             Epilogue::LeakyReluGrad => FusedPattern::MatmulLeakyReluGrad,
             Epilogue::SwigluGrad => FusedPattern::MatmulSwigluGrad,
+            Epilogue::Swiglu => FusedPattern::LinearSwiglu,
             Epilogue::Gelu => FusedPattern::LinearGelu,
             Epilogue::GeluTanh => FusedPattern::LinearGeluTanh,
             Epilogue::Silu => FusedPattern::LinearSilu,
@@ -101,7 +107,7 @@ impl Epilogue {
             | Epilogue::SwigluGrad => Activation::None,
             Epilogue::Gelu => Activation::Gelu,
             Epilogue::GeluTanh => Activation::GeluTanh,
-            Epilogue::Silu => Activation::Silu,
+            Epilogue::Silu | Epilogue::Swiglu => Activation::Silu,
             Epilogue::LeakyRelu => Activation::LeakyRelu,
             Epilogue::Clamp => Activation::Clamp,
         }
@@ -132,15 +138,21 @@ impl Epilogue {
     }
 
     /// Whether the epilogue reads a third gate-shaped tensor (the `aux` operand): tanh GELU's
-    /// saved tanh input, or SwiGLU's up projection.
+    /// saved tanh input, or SwiGLU's up projection (forward and backward).
     pub fn has_aux(&self) -> bool {
         self.gate() == Gate::GeluTanh || self.product()
     }
 
-    /// Whether the accumulator is first multiplied by the `aux` operand (SwiGLU's backward: the
-    /// product's gradient, before the gate).
+    /// Whether the activated value is multiplied by the `aux` operand (SwiGLU's forward: the
+    /// product after SiLU; its backward: the product's gradient, before the gate).
     pub fn product(&self) -> bool {
-        *self == Epilogue::SwigluGrad
+        matches!(self, Epilogue::Swiglu | Epilogue::SwigluGrad)
+    }
+
+    /// Whether the step computes its `aux` operand itself, as a second matmul of its left
+    /// operand (SwiGLU's up projection, [`Up`](crate::plan::Up)).
+    pub fn has_up(&self) -> bool {
+        *self == Epilogue::Swiglu
     }
 
     /// Whether the accumulator is first scaled and multiplied by a mask tensor (dropout's
@@ -157,7 +169,7 @@ impl Epilogue {
         match self {
             Epilogue::Gelu => &[SQRT_2, 1.0, 2.0],
             Epilogue::GeluTanh => &[3.0, 0.044715, SQRT_2_OVER_PI, 1.0, 0.5],
-            Epilogue::Silu => &[-1.0, 1.0, -1.0],
+            Epilogue::Silu | Epilogue::Swiglu => &[-1.0, 1.0, -1.0],
             Epilogue::LeakyRelu => &[0.0],
             Epilogue::GeluGrad | Epilogue::GeluGradDropout => &GELU_GRAD_CONSTANTS,
             Epilogue::SiluGrad | Epilogue::SwigluGrad => &SILU_GRAD_CONSTANTS,
@@ -299,7 +311,7 @@ pub struct EpilogueFlags {
     /// Scale the accumulator by `alpha` and multiply it by the mask before the gate
     /// (dropout's backward).
     pub dropout: bool,
-    /// Multiply the accumulator by `aux` before the gate (SwiGLU's backward).
+    /// Multiply the activated value by `aux`, before the gate (SwiGLU, forward and backward).
     pub product: bool,
     /// Write partial column sums of the stored output (a bias gradient, see
     /// [`sum_rows`](crate::kernel::sum_rows)).

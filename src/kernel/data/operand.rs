@@ -109,7 +109,8 @@ pub struct EpilogueInputs<'a, R: Runtime> {
     /// Dropout's mask ([`Epilogue::dropout`]) or SiLU's saved sigmoid (tanh GELU's saved
     /// `tanh + 1`), laid out as the gate.
     pub mask: Option<&'a Operand<R>>,
-    /// Tanh GELU's saved tanh input ([`Epilogue::has_aux`]), laid out as the gate.
+    /// Tanh GELU's saved tanh input or SwiGLU's up projection ([`Epilogue::has_aux`]), laid
+    /// out as the gate.
     pub aux: Option<&'a Operand<R>>,
     /// The run-time parameters of the activation ([`Epilogue::parameters`]): LeakyReLU's
     /// slope, clamp's min and max, dropout's scale; unused entries are zero.

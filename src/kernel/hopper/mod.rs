@@ -156,7 +156,7 @@ pub fn launch<R: CubeRuntime>(tiling: WgmmaTiling, args: &LinearArgs<R>) -> Resu
         return Err("a mask goes with dropout's, SiLU's, SwiGLU's or tanh GELU's backward".into());
     }
     if args.epilogue.has_aux() != args.aux.is_some() {
-        return Err("an aux operand goes with tanh GELU's or SwiGLU's backward".into());
+        return Err("an aux operand goes with tanh GELU's backward or SwiGLU".into());
     }
     for (what, tensor) in [
         ("gate", &args.gate),

@@ -103,8 +103,8 @@ struct Params {
 #define SAVES (GATE == GATE_SILU || GATE == GATE_GELU_TANH)
 #define MASKED (DROPOUT || SAVES)
 // A third, `aux`, read the same way: tanh GELU's saved tanh input (gate_grad's `i`), or
-// SwiGLU's up projection (PRODUCT: the value is multiplied by it before the gate, as Burn's
-// `mul` backward does).
+// SwiGLU's up projection (PRODUCT: the activated value is multiplied by it, before the gate,
+// as Burn's `mul` and its backward do).
 #define AUXED (GATE == GATE_GELU_TANH || PRODUCT)
 // The gate moves by TMA through the output's staging buffer (TMA_STORE), except LeakyReLU's,
 // a bool mask (GATE_ELEM, a bool's storage integer): read where the thread stores, as `mask`.
@@ -287,9 +287,10 @@ __device__ __forceinline__ void epilogue(const float (&d)[BN / 2], const ELEM* b
                 v1 = ROUND(ROUND(v1 * p.alpha) * mk[jj][h * 2 + 1]);
 #endif
 #if PRODUCT
-                // SwiGLU's backward: `mul(grad, b)`, the product's gradient for `silu(a)`.
-                v0 = ROUND(v0 * ax[jj][h * 2]);
-                v1 = ROUND(v1 * ax[jj][h * 2 + 1]);
+                // SwiGLU's `mul(silu(a), b)` (the activation stored first, as Burn's `silu` is),
+                // or its backward's `mul(grad, b)`, the product's gradient for `silu(a)`.
+                v0 = ROUND(ROUND(v0) * ax[jj][h * 2]);
+                v1 = ROUND(ROUND(v1) * ax[jj][h * 2 + 1]);
 #endif
                 if (GATED) {
                     // An activation's backward at the forward's pre-activation (`GATE`), SiLU's

@@ -65,6 +65,9 @@ lib-prop-leaky-relu-backward|lib|suite::property_tests::leaky_relu_backward|PROP
 half_f16-prop-swiglu-backward|lib|--exact suite::half::f16::swiglu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
 half_bf16-prop-swiglu-backward|lib|--exact suite::half::bf16::swiglu_backward_properties_hold --include-ignored|PROPTEST_CASES=3
 lib-prop-swiglu-backward|lib|suite::property_tests::swiglu_backward|PROPTEST_CASES=4
+half_f16-prop-swiglu-forward|lib|--exact suite::half::f16::swiglu_forward_properties_hold --include-ignored|PROPTEST_CASES=3
+half_bf16-prop-swiglu-forward|lib|--exact suite::half::bf16::swiglu_forward_properties_hold --include-ignored|PROPTEST_CASES=3
+lib-prop-swiglu-forward|lib|suite::property_tests::swiglu_forward|PROPTEST_CASES=4
 lib-prop-backward-0|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=1
 lib-prop-backward-1|lib|suite::property_tests::backward|PROPTEST_CASES=6 PROPTEST_RNG_SEED=2
 half_f16-prop-chains|lib|--exact suite::half::f16::chain_properties_hold --include-ignored
