@@ -378,7 +378,7 @@ pub enum Properties {
 pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
     use super::chain_properties::check_chains;
     use super::properties::{
-        Act, check_backward, check_backward_of, check_forward, check_swiglu_forward,
+        Act, Forward, check_backward, check_backward_of, check_forward, check_forward_of,
     };
     if !has_arithmetic::<F>() {
         return;
@@ -407,7 +407,10 @@ pub fn check_half_properties<F: burn_cubecl::FloatElement>(which: Properties) {
             check_backward_of::<F, PlainOf<F>, FusedOf<F>>(6, Act::Swiglu, false)
         ),
         Properties::SwigluForward => {
-            format!("{:?}", check_swiglu_forward::<F, PlainOf<F>, FusedOf<F>>(6))
+            format!(
+                "{:?}",
+                check_forward_of::<F, PlainOf<F>, FusedOf<F>>(6, Forward::Swiglu)
+            )
         }
         Properties::Chains => format!("{:?}", check_chains::<F, PlainOf<F>, FusedOf<F>>(6)),
     };

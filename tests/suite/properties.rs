@@ -60,6 +60,26 @@ pub enum Act {
     Swiglu,
 }
 
+/// The forward a forward case checks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Forward {
+    /// `relu(x·w (+ b))`.
+    LinearRelu,
+    /// SwiGLU's `silu(x·w (+ b)) ⊙ (x·u)`, `u` a second weight of `w`'s shape (the up
+    /// projection).
+    Swiglu,
+}
+
+impl Forward {
+    /// The pattern of the fused step.
+    fn pattern(self) -> FusedPattern {
+        match self {
+            Forward::LinearRelu => FusedPattern::LinearRelu,
+            Forward::Swiglu => FusedPattern::LinearSwiglu,
+        }
+    }
+}
+
 /// The slope of [`Act::LeakyRelu`] (burn-nn's `LeakyReluConfig` default).
 pub const LEAKY_SLOPE: f64 = 0.01;
 
@@ -341,21 +361,20 @@ impl Problem {
         pre
     }
 
-    /// SwiGLU's `silu(x·w (+ b)) ⊙ (x·u)` in float64, with Burn's sigmoid.
-    fn swiglu_reference(&self, scale: f32, dtype: DType) -> Vec<f32> {
+    /// `which` forward in float64: `relu(x·w (+ b))` with Burn's relu (NaN stays NaN), or
+    /// SwiGLU's `silu(x·w (+ b)) ⊙ (x·u)` with Burn's sigmoid.
+    fn forward_reference(&self, scale: f32, dtype: DType, which: Forward) -> Vec<f32> {
         let v = self.values(scale, dtype);
-        let up = self.product(&v, &v.u);
-        (self.pre(&v).iter().zip(up))
-            .map(|(&a, b)| (a * sigmoid_reference(a) * b) as f32)
-            .collect()
-    }
-
-    /// `relu(x·w (+ b))` in float64 with Burn's relu (NaN stays NaN).
-    fn forward_reference(&self, scale: f32, dtype: DType) -> Vec<f32> {
-        let pre = self.pre(&self.values(scale, dtype));
-        pre.iter()
-            .map(|&p| if p <= 0.0 { 0.0 } else { p as f32 })
-            .collect()
+        let pre = self.pre(&v);
+        match which {
+            Forward::LinearRelu => pre
+                .iter()
+                .map(|&p| if p <= 0.0 { 0.0 } else { p as f32 })
+                .collect(),
+            Forward::Swiglu => (pre.iter().zip(self.product(&v, &v.u)))
+                .map(|(&a, b)| (a * sigmoid_reference(a) * b) as f32)
+                .collect(),
+        }
     }
 
     /// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b, in float64 (with `dropout`,
@@ -462,29 +481,25 @@ fn inputs<B: Backend, const D: usize>(p: &Problem, scale: f32, device: &B::Devic
     (x, w, bias, second, Tensor::from_data(g, device))
 }
 
-fn forward<B: Backend, const D: usize>(p: &Problem, scale: f32) -> TensorData {
-    let (x, w, bias, _, _) = inputs::<B, D>(p, scale, &Default::default());
-    let y = x.matmul(w);
-    relu(match bias {
-        Some(b) => y + b,
-        None => y,
-    })
-    .into_data()
-}
-
-/// SwiGLU's forward as burn-nn's `SwiGlu` runs it, `silu(x·w (+ b)) ⊙ (x·u)`, the up
-/// projection's weight `u` laid out as `w`.
-fn swiglu_forward<B: Backend, const D: usize>(p: &Problem, scale: f32) -> TensorData {
+/// `which` forward on `B`: `relu(x·w (+ b))`, or SwiGLU's as burn-nn's `SwiGlu` runs it,
+/// `silu(x·w (+ b)) ⊙ (x·u)`, the up projection's weight `u` laid out as `w`.
+fn forward<B: Backend, const D: usize>(p: &Problem, scale: f32, which: Forward) -> TensorData {
     let device = Default::default();
     let (x, w, bias, _, _) = inputs::<B, D>(p, scale, &device);
-    let u = p.values(scale, B::FloatElem::dtype()).u;
-    let u = operand::<B, 2>(&u, [p.k, p.n], p.w_layout, &device).unsqueeze::<D>();
     let y = x.clone().matmul(w);
     let y = match bias {
         Some(b) => y + b,
         None => y,
     };
-    (silu(y) * x.matmul(u)).into_data()
+    match which {
+        Forward::LinearRelu => relu(y),
+        Forward::Swiglu => {
+            let u = p.values(scale, B::FloatElem::dtype()).u;
+            let u = operand::<B, 2>(&u, [p.k, p.n], p.w_layout, &device).unsqueeze::<D>();
+            silu(y) * x.matmul(u)
+        }
+    }
+    .into_data()
 }
 
 /// Gradients of `sum((act(x·w + b) · v) ⊙ g)` for x, w and b: the activation's gradient is
@@ -690,28 +705,12 @@ where
     P: Backend<FloatElem = F>,
     H: Backend<FloatElem = F, Device = P::Device>,
 {
-    let (dtype, s) = (F::dtype(), scale::<F>());
-    run_problems(cases, dtype, |p| {
-        let before = steps(FusedPattern::LinearRelu);
-        let fused = at_rank!(p, forward::<H>(p, s));
-        let plain = at_rank!(p, forward::<P>(p, s));
-        ran_fused(p, FusedPattern::LinearRelu, before)?;
-        let reference = p.forward_reference(s, dtype);
-        let tol = reference_tolerance(dtype, false, p.policy);
-        judge(
-            "output",
-            &fused,
-            &plain,
-            &reference,
-            tol,
-            burn_tolerance(dtype),
-        )
-    })
+    check_forward_of::<F, P, H>(cases, Forward::LinearRelu)
 }
 
-/// [`check_forward`] for SwiGLU's forward (`silu(x·w (+ b)) ⊙ (x·u)`): under a forced
-/// execution each case ran as Hypatia's `linear-swiglu` step.
-pub fn check_swiglu_forward<F, P, H>(cases: u32) -> Vec<Problem>
+/// [`check_forward`] of `which` forward: under a forced execution each case ran as its
+/// pattern's step.
+pub fn check_forward_of<F, P, H>(cases: u32, which: Forward) -> Vec<Problem>
 where
     F: Element,
     P: Backend<FloatElem = F>,
@@ -719,11 +718,11 @@ where
 {
     let (dtype, s) = (F::dtype(), scale::<F>());
     run_problems(cases, dtype, |p| {
-        let before = steps(FusedPattern::LinearSwiglu);
-        let fused = at_rank!(p, swiglu_forward::<H>(p, s));
-        let plain = at_rank!(p, swiglu_forward::<P>(p, s));
-        ran_fused(p, FusedPattern::LinearSwiglu, before)?;
-        let reference = p.swiglu_reference(s, dtype);
+        let before = steps(which.pattern());
+        let fused = at_rank!(p, forward::<H>(p, s, which));
+        let plain = at_rank!(p, forward::<P>(p, s, which));
+        ran_fused(p, which.pattern(), before)?;
+        let reference = p.forward_reference(s, dtype, which);
         let tol = reference_tolerance(dtype, false, p.policy);
         judge(
             "output",

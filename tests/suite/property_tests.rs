@@ -3,7 +3,7 @@
 use super::chain_properties::check_chains;
 use super::common::{Fused, Plain, serial};
 use super::properties::{
-    Act, check_backward, check_backward_of, check_forward, check_swiglu_forward,
+    Act, Forward, check_backward, check_backward_of, check_forward, check_forward_of,
 };
 
 #[test]
@@ -74,6 +74,6 @@ fn swiglu_backward_f32_matches_burn() {
 #[test]
 fn swiglu_forward_f32_matches_burn() {
     let _serial = serial();
-    let burn_wrong = check_swiglu_forward::<f32, Plain, Fused>(8);
+    let burn_wrong = check_forward_of::<f32, Plain, Fused>(8, Forward::Swiglu);
     eprintln!("cases where Burn differs from float64: {burn_wrong:?}");
 }
