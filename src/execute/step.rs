@@ -64,7 +64,8 @@ pub(super) struct Produced<R: CubeRuntime> {
     pub(super) consumed: Vec<TensorRef>,
     /// This execution's first launch on this step: flushed and checked after it.
     pub(super) first_launch: bool,
-    /// SwiGLU's up projection, where a Hypatia kernel computed it.
+    /// SwiGLU's up projection, where a Hypatia kernel computed it and the step writes it (it
+    /// is kept).
     pub(super) up: Option<CubeFusionHandle<R>>,
 }
 
@@ -108,10 +109,7 @@ pub(super) fn run_fused<R: CubeRuntime, F: CubeStream<R>>(
         // Burn's ops produce the results the user reads; the fused ones are only compared.
         run_unfused(produced.rest.iter().copied(), context, execution);
         let tf32 = has_matrix_units(&client, DType::F32);
-        let up = produced
-            .up
-            .filter(|_| step.up.as_ref().is_some_and(|up| up.kept));
-        compare(step, [&x, &w], produced.outputs, up, context, tf32)?;
+        compare(step, [&x, &w], produced.outputs, produced.up, context, tf32)?;
         return Ok(Ran {
             kind,
             launched: true,
@@ -128,9 +126,7 @@ pub(super) fn run_fused<R: CubeRuntime, F: CubeStream<R>>(
         let pre = real_tensor(context, &pre);
         context.handles.register_handle(pre.id, handle);
     }
-    if let (Some(up), Some(handle)) = (&step.up, produced.up)
-        && up.kept
-    {
+    if let (Some(up), Some(handle)) = (&step.up, produced.up) {
         let up = real_tensor(context, &up.out);
         context.handles.register_handle(up.id, handle);
     }
@@ -286,7 +282,9 @@ pub(super) fn launch<R: CubeRuntime, F: CubeStream<R>>(
                 rest: step.ops.clone(),
                 consumed: step.operands().collect(),
                 first_launch,
-                up: up.map(|up| up.handle),
+                up: up
+                    .filter(|_| step.up.as_ref().is_some_and(|up| up.kept))
+                    .map(|up| up.handle),
             }
         }
         Execution::Split => {
