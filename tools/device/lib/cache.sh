@@ -41,7 +41,8 @@ case "$1" in
     # step, and under DDP the other GPUs wait for it in the first all-reduce.
     names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
     if [ -n "$names" ] && [ "$(sort -u <<<"$names" | wc -l)" = 1 ]; then
-      for dir in "$ROOT"/target/autotune/*/device-0-0-cuda; do
+      for dir in "$ROOT"/target/autotune/*/device-0-0-cuda "$ROOT"/target/tune/*/autotune/*/device-0-0-cuda; do
+        [ -d "$dir" ] || continue
         for i in $(seq 1 $(($(wc -l <<<"$names") - 1))); do
           mkdir -p "${dir%0-cuda}$i-cuda" && cp "$dir"/* "${dir%0-cuda}$i-cuda/"
         done
