@@ -156,6 +156,8 @@ mod book {
     struct Training;
     #[doc = include_str!("../book/src/learner.md")]
     struct Learner;
+    #[doc = include_str!("../book/src/transformers.md")]
+    struct Transformers;
     #[doc = include_str!("../book/src/writing-rules.md")]
     struct WritingRules;
     #[doc = include_str!("../book/src/performance.md")]
