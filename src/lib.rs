@@ -228,4 +228,6 @@ mod book {
     struct Decision0030;
     #[doc = include_str!("../docs/decisions/0031-swiglu-forward.md")]
     struct Decision0031;
+    #[doc = include_str!("../docs/decisions/0032-burn-reference-alone.md")]
+    struct Decision0032;
 }

@@ -278,7 +278,7 @@ pub struct RunConfig {
 }
 
 /// What a run reports: burn-train's per-epoch means, and its training throughput.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Report {
     /// Mean training loss of each epoch.
     pub train_loss: Vec<f64>,

@@ -385,3 +385,49 @@ pub fn in_child(
         None => Err(format!("{name}: no result after {limit:?}: it hung")),
     }
 }
+
+/// Where the process [`from_a_process_of_its_own`] started writes what it ran, as JSON.
+const SIDE_OUT: &str = "HYPATIA_TEST_SIDE_OUT";
+
+/// In the process [`from_a_process_of_its_own`] started: where the test writes what that
+/// call returns ([`SideOut::write`]), having run that side alone. `None` in any other process.
+pub fn side_out() -> Option<SideOut> {
+    std::env::var_os(SIDE_OUT).map(|path| SideOut(path.into()))
+}
+
+/// The file a side run in a process of its own writes to ([`side_out`]).
+pub struct SideOut(std::path::PathBuf);
+
+impl SideOut {
+    /// Writes `value` for the parent process to read.
+    pub fn write<T: serde::Serialize>(self, value: &T) {
+        let text = serde_json::to_string(value).expect("the side's result serialises");
+        std::fs::write(&self.0, text).expect("the side's result is written");
+    }
+}
+
+/// Runs the current test again in a fresh process of this test binary, in which [`side_out`]
+/// is `Some`: the test runs one side there (e.g. Burn's reference training) and writes its
+/// result, which this returns. A reference run must be Burn as a user runs it, alone in its
+/// process: Burn 0.21 keeps state per process that the first backend on a device settles for
+/// every later one (the device's bool type, the fused-matmul autotune picks), so a Burn run
+/// after Hypatia's in the same process is not the Burn a user runs (decision record 0032).
+pub fn from_a_process_of_its_own<T: serde::de::DeserializeOwned>(limit: std::time::Duration) -> T {
+    let thread = std::thread::current();
+    // libtest runs each test on a thread named after the test's path.
+    let name = thread
+        .name()
+        .expect("a test's thread is named after the test");
+    let path = std::env::temp_dir().join(format!(
+        "hypatia-side-{}-{}.json",
+        std::process::id(),
+        name.replace("::", "-")
+    ));
+    let path_text = path.to_str().expect("a UTF-8 temporary path");
+    if let Err(e) = in_child(name, &[(SIDE_OUT, path_text)], limit) {
+        panic!("{e}");
+    }
+    let text = std::fs::read_to_string(&path).expect("the child wrote its result");
+    let _ = std::fs::remove_file(&path);
+    serde_json::from_str(&text).expect("the child's result parses")
+}

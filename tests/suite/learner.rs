@@ -4,7 +4,7 @@
 #[path = "../../examples/common/learner.rs"]
 mod example;
 
-use super::common::{in_child, serial};
+use super::common::{from_a_process_of_its_own, serial, side_out};
 use example::{Precision, Report, RunArgs, Strategy, Which};
 
 fn args(backend: Which, dir: &str) -> RunArgs {
@@ -35,7 +35,10 @@ fn args(backend: Which, dir: &str) -> RunArgs {
 /// Burn's side: its own fused backend. On CUDA its bools are u32, not `Cuda`'s u8: with u8
 /// bools Burn 0.21 alone fails this run, a cached fused-matmul winner tuned on an f32-only
 /// trace running a later trace with a `bool` output (decision record 0019). The bool type
-/// changes no float op of the run. It runs in a process of its own ([`burn_side`]).
+/// changes no float op of the run. It runs in a process of its own: Burn 0.21 fixes a device's
+/// bool type at the device's first use by any backend (its device-settings registry is keyed
+/// by the device's type, which `Hypatia<Cuda>` shares with `Cuda`), so after Hypatia's run in
+/// the same process its bools would be `Cuda`'s u8 again (decision record 0032).
 #[cfg(feature = "cuda")]
 type BurnSide =
     burn_fusion::Fusion<burn_cubecl::CubeBackend<super::common::Runtime, f32, i32, u32>>;
@@ -49,13 +52,22 @@ type BurnSide = example::Inner<f32>;
 #[test]
 fn learner_trains_on_hypatia_as_on_burn() {
     let _serial = serial();
+    if let Some(out) = side_out() {
+        let burn = example::run_on::<burn::backend::Autodiff<BurnSide>>(
+            &args(Which::Burn, "hypatia-learner-b"),
+            Strategy::Single,
+            example::devices(1),
+        );
+        out.write(&burn);
+        return;
+    }
     let device = example::devices(1);
     let hypatia = example::run(
         &args(Which::Hypatia, "hypatia-learner-h"),
         Strategy::Single,
         device.clone(),
     );
-    let burn = burn_side();
+    let burn: Report = from_a_process_of_its_own(std::time::Duration::from_secs(1800));
     let fused = hypatia::stats(&device[0]).executed_total();
     assert!(fused > 0, "Hypatia fused no step of the Learner's training");
     for report in [&hypatia, &burn] {
@@ -75,65 +87,6 @@ fn learner_trains_on_hypatia_as_on_burn() {
             epoch + 1
         );
     }
-}
-
-/// Where [`learner_burn_side_child`] writes its report: one line per series.
-const REPORT: &str = "HYPATIA_LEARNER_REPORT";
-
-/// Burn's Learner run, in a child process of this binary. Burn 0.21 fixes a device's bool type
-/// at the first use of the device by any backend (its device-settings registry is keyed by the
-/// device's type, which `Hypatia<Cuda>` shares with `Cuda`): after Hypatia's run in the same
-/// process, `BurnSide`'s u32 bools would be `Cuda`'s u8 again, and its run met the failure of
-/// decision record 0019 in the CUDA gate.
-fn burn_side() -> Report {
-    let path = std::env::temp_dir().join(format!("hypatia-learner-b-{}.txt", std::process::id()));
-    let limit = std::time::Duration::from_secs(1800);
-    let child = "suite::learner::learner_burn_side_child";
-    if let Err(e) = in_child(
-        child,
-        &[(REPORT, path.to_str().expect("a UTF-8 path"))],
-        limit,
-    ) {
-        panic!("{e}");
-    }
-    let text = std::fs::read_to_string(&path).expect("the child wrote its report");
-    let _ = std::fs::remove_file(&path);
-    let series = |name: &str| -> Vec<f64> {
-        let line = text.lines().find(|l| l.starts_with(name)).expect(name);
-        let values = line[name.len()..].split_whitespace();
-        values.map(|v| v.parse().expect("a number")).collect()
-    };
-    Report {
-        train_loss: series("train_loss"),
-        valid_loss: series("valid_loss"),
-        valid_accuracy: series("valid_accuracy"),
-        samples_per_second: series("samples_per_second"),
-        seconds: series("seconds")[0],
-    }
-}
-
-#[test]
-#[ignore = "run by `learner_trains_on_hypatia_as_on_burn` in a process of its own"]
-fn learner_burn_side_child() {
-    let path = std::env::var(REPORT).expect("run by `learner_trains_on_hypatia_as_on_burn`");
-    let report = example::run_on::<burn::backend::Autodiff<BurnSide>>(
-        &args(Which::Burn, "hypatia-learner-b"),
-        Strategy::Single,
-        example::devices(1),
-    );
-    let line = |name: &str, values: &[f64]| {
-        let values: Vec<String> = values.iter().map(|v| format!("{v:e}")).collect();
-        format!("{name} {}\n", values.join(" "))
-    };
-    let text = [
-        line("train_loss", &report.train_loss),
-        line("valid_loss", &report.valid_loss),
-        line("valid_accuracy", &report.valid_accuracy),
-        line("samples_per_second", &report.samples_per_second),
-        line("seconds", &[report.seconds]),
-    ]
-    .concat();
-    std::fs::write(path, text).expect("the report is written");
 }
 
 /// With the `distributed` feature, Burn's collectives reach the op stream as
