@@ -71,6 +71,11 @@ pub enum OpKind {
     /// Ops that compute nothing: a tensor registered from host data (`Init`), a `Drop`.
     /// They may sit anywhere in a block (Burn records `from_data` lazily) and are run as Burn's.
     Bookkeeping,
+    /// `float_random(shape, distribution)`: a tensor made from no other, run as Burn's op (the
+    /// same draw from Burn's generator). A window holds one only where the op after it reads
+    /// it as a matmul's operand or views it: a parameter burn-nn initialises at its first use,
+    /// such as `nn::SwiGlu`'s up-projection weight made between SiLU and `x · W₃`.
+    Source,
     /// Any op Hypatia does not understand.
     Opaque,
 }
@@ -86,7 +91,7 @@ impl OpKind {
     pub fn is_lowered(&self) -> bool {
         !matches!(
             self,
-            OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim { .. }
+            OpKind::Opaque | OpKind::Bookkeeping | OpKind::Source | OpKind::SumDim { .. }
         )
     }
 
@@ -233,6 +238,9 @@ impl CapturedOp {
                 }
                 OperationIr::Init(_) | OperationIr::Drop(_) => {
                     return Self::opaque(op, OpKind::Bookkeeping);
+                }
+                OperationIr::Float(_, FloatOperationIr::Random(_)) => {
+                    return Self::opaque(op, OpKind::Source);
                 }
                 _ => return Self::opaque(op, OpKind::Opaque),
             };

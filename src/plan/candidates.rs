@@ -119,7 +119,10 @@ pub fn find_candidates(
         let tensors = lowered.find_tensors(egraph, class);
         let is_leaf = |t: &TensorId| {
             window.find_producer(*t).is_none_or(|p| {
-                matches!(window.ops()[p].kind, OpKind::Opaque | OpKind::Bookkeeping)
+                matches!(
+                    window.ops()[p].kind,
+                    OpKind::Opaque | OpKind::Bookkeeping | OpKind::Source
+                )
             })
         };
         let leaf = tensors.iter().find(|t| is_leaf(t));

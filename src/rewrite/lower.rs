@@ -112,7 +112,7 @@ pub fn lower(window: &Window) -> Lowered {
                 let max = egraph.add(scalar(1).expect("checked above"));
                 TensorLang::Clamp([x, min, max])
             }
-            OpKind::Opaque | OpKind::Bookkeeping | OpKind::SumDim { .. } => {
+            OpKind::Opaque | OpKind::Bookkeeping | OpKind::Source | OpKind::SumDim { .. } => {
                 unreachable!("skipped above")
             }
         };

@@ -173,6 +173,28 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
 }
 
 impl<R: CubeRuntime> HypatiaFuser<R> {
+    /// Whether op `index` may stay in the window as far as [`OpKind::Source`] goes: a source
+    /// after a matmul of the window (a parameter made at its first use, inside a pattern), and
+    /// the op after a source only if it reads the source as a matmul's operand or views it.
+    /// A window's first op that is a source closes it at once; one read otherwise (a
+    /// dropout's random mask, compared with its probability) closes it at that read.
+    fn may_hold_source(&self, index: usize) -> bool {
+        let ops = self.window.ops();
+        let op = &ops[index];
+        if op.kind == OpKind::Source {
+            return ops[..index].iter().any(|o| o.kind == OpKind::Matmul);
+        }
+        match index.checked_sub(1).map(|i| &ops[i]) {
+            Some(source) if source.kind == OpKind::Source => {
+                matches!(
+                    op.kind,
+                    OpKind::Matmul | OpKind::Reshape | OpKind::SwapDims { .. }
+                ) && op.inputs.iter().any(|t| t.id == source.out().id)
+            }
+            _ => true,
+        }
+    }
+
     /// Whether a later op could still give the window a longer claim: every claim begins with
     /// a matmul (after free views), and its ops follow within [`PENDING`] ops
     /// ([`ACTIVATION_GRAD_OPS`] more once a GELU or SiLU derivative has begun).
@@ -277,6 +299,7 @@ impl<R: CubeRuntime> HypatiaFuser<R> {
             && (self.claim.as_ref()).is_some_and(|plan| plan.len == self.window.len())
             && !freed.is_some_and(|id| self.frees_a_bare_linears_weight(id));
         if !kind.is_pattern_kind()
+            || !self.may_hold_source(index)
             || long_at_boundary
             || self.window.len() >= MAX_WINDOW
             || unmatched_mask

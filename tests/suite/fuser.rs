@@ -260,3 +260,37 @@ fn a_drop_after_an_unclaimed_op_leaves_the_claim_as_it_was() {
     assert_eq!(fuser.status(), FuserStatus::Open);
     assert_eq!(fuser.len(), 5);
 }
+
+/// The first forward of a freshly made `nn::SwiGlu`: Burn makes the up projection's weight at
+/// its first use, a `Random` between SiLU and `x · W₃`, and the window holds it (run as Burn's
+/// op, the same draw as on Burn) so that the block is still one `linear-swiglu` step, equal to
+/// Burn's forward.
+#[test]
+fn a_fresh_swiglus_first_forward_is_one_fused_step() {
+    use burn::nn::SwiGluConfig;
+    use burn::prelude::*;
+    let _serial = serial();
+    let device = device();
+    fn forward<B: Backend>(device: &B::Device) -> TensorData {
+        B::seed(device, 23);
+        let swiglu = SwiGluConfig::new(32, 88).init::<B>(device);
+        let x = Tensor::<B, 3>::from_data(data(7, &[2, 9, 32], 1.0), device);
+        swiglu.forward(x).into_data()
+    }
+    let executed = || hypatia::stats(&device).executed(hypatia::FusedPattern::LinearSwiglu);
+    let before = executed();
+    let fused = forward::<Fused>(&device);
+    let stats = hypatia::stats(&device);
+    assert_eq!(
+        executed() - before,
+        1,
+        "{:?}; declined {:?}",
+        stats.patterns,
+        stats.declined
+    );
+    assert_close(
+        &fused,
+        &forward::<Plain>(&device),
+        train_tolerance(DType::F32),
+    );
+}
