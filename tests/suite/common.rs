@@ -386,7 +386,8 @@ pub fn in_child(
     }
 }
 
-/// Where the process [`from_a_process_of_its_own`] started writes what it ran, as JSON.
+/// Where the process [`from_a_process_of_its_own`] started writes what it ran, as MessagePack
+/// (a diverged run's NaN loss arrives as NaN; JSON has no NaN).
 const SIDE_OUT: &str = "HYPATIA_TEST_SIDE_OUT";
 
 /// In the process [`from_a_process_of_its_own`] started: where the test writes what that
@@ -401,8 +402,8 @@ pub struct SideOut(std::path::PathBuf);
 impl SideOut {
     /// Writes `value` for the parent process to read.
     pub fn write<T: serde::Serialize>(self, value: &T) {
-        let text = serde_json::to_string(value).expect("the side's result serialises");
-        std::fs::write(&self.0, text).expect("the side's result is written");
+        let bytes = rmp_serde::to_vec(value).expect("the side's result serialises");
+        std::fs::write(&self.0, bytes).expect("the side's result is written");
     }
 }
 
@@ -419,7 +420,7 @@ pub fn from_a_process_of_its_own<T: serde::de::DeserializeOwned>(limit: std::tim
         .name()
         .expect("a test's thread is named after the test");
     let path = std::env::temp_dir().join(format!(
-        "hypatia-side-{}-{}.json",
+        "hypatia-side-{}-{}.msgpack",
         std::process::id(),
         name.replace("::", "-")
     ));
@@ -427,7 +428,7 @@ pub fn from_a_process_of_its_own<T: serde::de::DeserializeOwned>(limit: std::tim
     if let Err(e) = in_child(name, &[(SIDE_OUT, path_text)], limit) {
         panic!("{e}");
     }
-    let text = std::fs::read_to_string(&path).expect("the child wrote its result");
+    let bytes = std::fs::read(&path).expect("the child wrote its result");
     let _ = std::fs::remove_file(&path);
-    serde_json::from_str(&text).expect("the child's result parses")
+    rmp_serde::from_slice(&bytes).expect("the child's result parses")
 }
