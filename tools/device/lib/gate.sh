@@ -26,15 +26,18 @@ cd "$ROOT"
 # carries: calls 4 and 5 run the tests of what Hypatia claims (matmuls, linears, activations,
 # linear algebra, pools), call 4 carrying .device/burn_tests-hypatia.tgz, call 5
 # .device/burn_tests-burn.tgz. Call 6 trains the user models 200 steps beside Burn, one chunk at
-# a time so that their step times are the GPU's alone.
+# a time so that their step times are the GPU's alone. Call 7 has the two model chunks whose
+# Burn runs, each in a fresh process (decision record 0032), compile and tune the most: beside
+# call 3's eight others on a machine whose PTX cache was empty, they ran past 465 s.
 calls() {
   cat <<'EOF'
 1|14|hopper-bf16-0 hopper-bf16-1 hopper-f16-0 hopper-f16-1 hopper-tf32-0 hopper-tf32-1 half_f16-prop-forward half_bf16-prop-forward lib-prop-backward-0 lib-prop-backward-1 half_f16-prop-backward-0 half_bf16-prop-backward-0 lib-prop-gelu-backward lib-prop-silu-backward half_f16-prop-gelu-backward half_bf16-prop-gelu-backward half_f16-prop-silu-backward half_bf16-prop-silu-backward
 2|16|half_f16-prop-backward-1 half_f16-prop-backward-2 half_bf16-prop-backward-1 half_bf16-prop-backward-2 half_f16-prop-chains half_bf16-prop-chains hopper-tiny-bf16 hopper-tiny-f16 hopper-tiny-f32 hopper half_f16 half_bf16 lib-long-run lib-prop-forward lib-prop-chains startup lib-prop-gelu-tanh-backward half_f16-prop-gelu-tanh-backward half_bf16-prop-gelu-tanh-backward lib-prop-leaky-relu-backward half_f16-prop-leaky-relu-backward half_bf16-prop-leaky-relu-backward lib-prop-swiglu-backward half_f16-prop-swiglu-backward half_bf16-prop-swiglu-backward lib-prop-swiglu-forward half_f16-prop-swiglu-forward half_bf16-prop-swiglu-forward
-3|11|half_bf16-models half_bf16-models-guide half_bf16-models-silu lib-train-models lib-train lib-rest lib-mlp lib-kernels unit learner
+3|8|half_bf16-models half_bf16-models-guide lib-train lib-rest lib-mlp lib-kernels unit learner
 4|7|burn:hypatia:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
 5|7|burn:burn:lu:: activation cosine_similarity det:: matmul linear avgpool relu gelu silu
 6|1|lib-models-200 half_bf16-models-200
+7|2|half_bf16-models-silu lib-train-models
 EOF
 }
 
