@@ -72,9 +72,10 @@ pub enum OpKind {
     /// They may sit anywhere in a block (Burn records `from_data` lazily) and are run as Burn's.
     Bookkeeping,
     /// `float_random(shape, distribution)`: a tensor made from no other, run as Burn's op (the
-    /// same draw from Burn's generator). A window holds one only where the op after it reads
-    /// it as a matmul's operand or views it: a parameter burn-nn initialises at its first use,
-    /// such as `nn::SwiGlu`'s up-projection weight made between SiLU and `x · W₃`.
+    /// same draw from Burn's generator). A window holds one only after a matmul of its own and
+    /// where the op after it reads it as a matmul's operand or views it: a parameter burn-nn
+    /// initialises at its first use, such as `nn::SwiGlu`'s up-projection weight made between
+    /// SiLU and `x · W₃`.
     Source,
     /// Any op Hypatia does not understand.
     Opaque,
