@@ -21,7 +21,7 @@
 #   run.sh wgmma-bench          the Hopper kernel alone beside cuBLASLt (nvcc)
 #   run.sh chain-bench          the grid chain kernel alone (nvcc)
 #   run.sh timeline CMD...      CMD under a CUPTI trace; py/timeline.py reads it
-#   run.sh cache restore|save|env   CubeCL's and the driver's caches between calls
+#   run.sh cache restore|save|env|id   CubeCL's and the driver's caches between calls (id: here)
 #   run.sh burn022              Burn 0.22/0.23's own Cuda beside Hypatia on 0.21 (lib/burn022.sh)
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -45,6 +45,7 @@ pack() {
   strip $bins
   # shellcheck disable=SC2086
   tar czf "${PACK:-bins.tgz}" $bins torch_*.py cubecl.toml
+  bash "$HERE/lib/cache.sh" id >"$(basename "${PACK:-bins.tgz}" .tgz).id"
   # shellcheck disable=SC2086
   rm -f $bins torch_*.py
   ls -la "${PACK:-bins.tgz}"

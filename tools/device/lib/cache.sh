@@ -14,11 +14,22 @@
 # CubeCL keys compiled PTX by kernel name and compile-time settings, not by source: PTX saved
 # by another build would run that build's kernels. So the cache holds the id of the binaries
 # (.device/*.tgz) that made it, and `restore` keeps the PTX only for the same binaries; the
-# autotune results (which candidate is fastest) are kept either way.
+# autotune results (which candidate is fastest) are kept either way. A pack's id is that of the
+# kernels' source (`id`, written beside it as NAME.id): every kernel, Hypatia's and Burn's, comes
+# from src/ and the locked dependencies, none from tests/ or examples/, so binaries rebuilt for a
+# change of tests alone keep the PTX. A pack without an id file is identified by its bytes.
+# `id` (here): the id of the kernels' source in this working tree.
 set -u
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null || (cd "$(dirname "$0")/../../.." && pwd))
-build_id() { cat "$ROOT"/.device/*.tgz 2>/dev/null | md5sum | cut -d' ' -f1; }
+build_id() {
+  for pack in "$ROOT"/.device/*.tgz; do
+    [ -f "$pack" ] || continue
+    if [ -f "${pack%.tgz}.id" ]; then cat "${pack%.tgz}.id"; else md5sum <"$pack" | cut -d' ' -f1; fi
+  done | sort -u | md5sum | cut -d' ' -f1
+}
 case "$1" in
+  id)
+    cd "$ROOT" && git ls-files -z -- src Cargo.lock | xargs -0 md5sum | md5sum | cut -d' ' -f1 ;;
   env)
     # Without its cache a fresh machine's driver compiles each kernel's PTX again before the
     # kernel's first launch: 2.6 s of a one-epoch Learner run at hidden 8192 (benches/results/

@@ -112,6 +112,7 @@ build() {
   cp tools/device/cubecl.toml .device/suite/
   strip .device/suite/* 2>/dev/null || true
   tar czf .device/suite.tgz -C .device suite && rm -rf .device/suite
+  bash tools/device/lib/cache.sh id >.device/suite.id
   ls -la .device/suite.tgz
 }
 
