@@ -405,10 +405,21 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                 let stats = hypatia::stats(&device);
                 stats.patterns.values().map(|p| p.racing).sum::<u64>()
             };
+            // Each warm-up batch's seconds go to stderr as it ends: a cold process (compilation,
+            // autotune, races) shows where its time goes even if it is stopped before a row.
             for warmup in 0.. {
                 let before = racing();
+                let start = Instant::now();
                 (hypatia.batch)();
+                let hypatia_s = start.elapsed().as_secs_f64();
                 (burn.batch)();
+                let burn_s = start.elapsed().as_secs_f64() - hypatia_s;
+                eprintln!(
+                    "bench_train: {label} {dtype}: warm-up batch {warmup} ({:.1} s after start): \
+                     Hypatia {hypatia_s:.2} s, Burn {burn_s:.2} s, {} runs of undecided races",
+                    START.elapsed().as_secs_f64(),
+                    racing().saturating_sub(before)
+                );
                 if warmup >= 2 && racing() == before || warmup == 50 {
                     break;
                 }

@@ -16,7 +16,7 @@
 #   run.sh bench STEP...        benchmarks beside PyTorch (lib/bench.sh: linear-, train-, ffn-,
 #                               swiglu-, cold-, infer-, gelu-DTYPE, precision; STEP@VAR=VALUE)
 #   run.sh suite CHUNK...       the CUDA test suite's chunks (all if none)
-#   run.sh gate N               device call N of the CUDA gate
+#   run.sh gate N...            device calls N... of the CUDA gate (DEADLINE=S: all inside S s)
 #   run.sh learner              burn-train's Learner runs (RUNS, lib/learner.sh)
 #   run.sh wgmma-bench          the Hopper kernel alone beside cuBLASLt (nvcc)
 #   run.sh chain-bench          the grid chain kernel alone (nvcc)

@@ -9,6 +9,11 @@
 #   tools/device/run.sh gate calls           the device calls, one line each
 #   tools/device/run.sh gate N               on the GPU machine, from the repo root: call N;
 #                                             its result lines to $OUT/gate-N.txt
+#   DEADLINE=S tools/device/run.sh gate N... calls N... in one device call, ending within S
+#                                             seconds: each chunk's limit is what is left,
+#                                             shared by the call's rounds of chunks; a call
+#                                             with no time left writes a hang line a chunk;
+#                                             then the table
 #   tools/device/run.sh gate table FILE...   here: the markdown table of those files (the
 #                                             results file's "The CUDA gate" section)
 #
@@ -90,7 +95,8 @@ for l in lines:
         continue
     m = re.match(r"([^:]+): (PASS|FAIL)(?: rc=(\d+))? ?(.*)", l)
     if m:
-        state = "pass" if m[2] == "PASS" else "hang" if m[3] == "124" else "fail"
+        state = ("pass" if m[2] == "PASS" else "not run" if m[4].startswith("not run")
+                 else "hang" if m[3] == "124" else "fail")
         rows.append((m[1], state, m[4]))
 for suite, by in counts.items():
     h, b = by.get("hypatia"), by.get("burn")
@@ -100,15 +106,46 @@ for suite, by in counts.items():
 print("| what | result | tests |\n|---|---|---|")
 for what, state, text in rows:
     print(f"| {what} | {state if state == 'pass' else '**' + state + '**'} | {text} |")
-n = {s: sum(r[1] == s for r in rows) for s in ("pass", "fail", "hang")}
-print(f"\n{n['pass']} passed, {n['fail']} failed, {n['hang']} hung")
+n = {s: sum(r[1] == s for r in rows) for s in ("pass", "fail", "hang", "not run")}
+print(f"\n{n['pass']} passed, {n['fail']} failed, {n['hang']} hung"
+      + (f", {n['not run']} not run" if n["not run"] else ""))
 PY
+}
+
+# Calls N... inside DEADLINE seconds (none: each chunk CHUNK_TIMEOUT, default 480): a chunk's
+# limit is the time left (less 40 s to save the caches) over the call's rounds (its chunks
+# over how many run at once), at most CHUNK_TIMEOUT.
+run_all() {
+  local start=$SECONDS n line jobs what words rounds left limit
+  for n in "$@"; do
+    if [ -z "${DEADLINE:-}" ]; then
+      run "$n"
+      continue
+    fi
+    line=$(calls | grep -m1 "^$n|") || { echo "no call $n (tools/device/run.sh gate calls)"; exit 2; }
+    IFS='|' read -r _ jobs what <<<"$line"
+    words=$(wc -w <<<"$what")
+    [[ "$what" == burn:* ]] && words=1 # one round of Burn's binaries
+    rounds=$(((words + jobs - 1) / jobs))
+    left=$((DEADLINE - (SECONDS - start) - 40))
+    limit=$((left / rounds))
+    [ "$limit" -le "${CHUNK_TIMEOUT:-480}" ] || limit=${CHUNK_TIMEOUT:-480}
+    if [ "$limit" -lt 30 ]; then
+      echo "gate $n: no time left"
+      for chunk in $what; do echo "$chunk: FAIL rc=124 not run: no time left in the call"; done \
+        >"${OUT:-$ROOT/.device}/gate-$n.txt"
+      continue
+    fi
+    echo "gate $n: chunks' limit $limit s ($((SECONDS - start)) s after start)"
+    CHUNK_TIMEOUT=$limit run "$n"
+  done
+  [ -z "${DEADLINE:-}" ] || (cd "${OUT:-$ROOT/.device}" && table $(printf 'gate-%s.txt ' "$@"))
 }
 
 case "${1:-}" in
   build) build ;;
   calls) calls | tr '|' '\t' ;;
-  run) run "${2:?call number}" ;;
+  run) shift; run_all "${@:?call number}" ;;
   table) shift; table "$@" ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
