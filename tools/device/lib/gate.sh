@@ -114,9 +114,53 @@ PY
 
 # Calls N... inside DEADLINE seconds (none: each chunk CHUNK_TIMEOUT, default 480): a chunk's
 # limit is the time left (less 40 s to save the caches) over the call's rounds (its chunks
-# over how many run at once), at most CHUNK_TIMEOUT.
+# over how many run at once), at most CHUNK_TIMEOUT. On a machine of several GPUs the suite's
+# calls go to them in turn, each GPU running its calls one after another, all GPUs at once
+# (Burn's tests, calls 4 and 5, carry packs of their own: a device call of their own).
 run_all() {
-  local start=$SECONDS n line jobs what words rounds left limit
+  local gpus
+  GATE_START=$SECONDS
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "${gpus:-0}" -gt 1 ] && [ $# -gt 1 ]; then
+    run_on_gpus "$gpus" "$@"
+  else
+    run_calls "$@"
+  fi
+  [ -z "${DEADLINE:-}" ] || (cd "${OUT:-$ROOT/.device}" && table $(printf 'gate-%s.txt ' "$@"))
+}
+
+# The calls N... on GPUS GPUs: call i on GPU i mod GPUS, the binaries and caches unpacked once
+# before and the caches saved once after; each call's log joins suite.log.
+run_on_gpus() {
+  local gpus=$1 out=${OUT:-$ROOT/.device} work i=0 gpu
+  shift
+  if calls | grep -E "^($(tr ' ' '|' <<<"$*"))\|" | grep -q '|burn:'; then
+    echo "Burn's tests (calls 4 and 5) run in a device call of their own"
+    exit 2
+  fi
+  work=$(mktemp -d)
+  tar xzf .device/suite.tgz -C .device
+  bash tools/device/lib/cache.sh restore
+  for ((gpu = 0; gpu < gpus; gpu++)); do
+    local mine=()
+    for ((i = gpu + 1; i <= $#; i += gpus)); do mine+=("${!i}"); done
+    [ ${#mine[@]} -gt 0 ] || continue
+    (
+      mkdir -p "$work/$gpu"
+      export CUDA_VISIBLE_DEVICES=$gpu SHARED=1 OUT=$work/$gpu
+      run_calls "${mine[@]}" >"$work/$gpu/calls.log" 2>&1
+      cp "$work/$gpu"/gate-*.txt "$out/"
+    ) &
+  done
+  wait
+  cat "$work"/*/calls.log
+  cat "$work"/*/suite.log >>"$out/suite.log" 2>/dev/null
+  [ -z "${OUT:-}" ] || bash tools/device/lib/cache.sh save >/dev/null
+  rm -rf "$work"
+}
+
+run_calls() {
+  local start=${GATE_START:-$SECONDS} n line jobs what words rounds left limit
   for n in "$@"; do
     if [ -z "${DEADLINE:-}" ]; then
       run "$n"
@@ -139,7 +183,6 @@ run_all() {
     echo "gate $n: chunks' limit $limit s ($((SECONDS - start)) s after start)"
     CHUNK_TIMEOUT=$limit run "$n"
   done
-  [ -z "${DEADLINE:-}" ] || (cd "${OUT:-$ROOT/.device}" && table $(printf 'gate-%s.txt ' "$@"))
 }
 
 case "${1:-}" in

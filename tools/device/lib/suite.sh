@@ -147,8 +147,13 @@ run() {
   LIMIT=${CHUNK_TIMEOUT:-480}
   LOGS=$(mktemp -d)
   local log=${OUT:-$ROOT/.device}/suite.log jobs=${JOBS:-1} names=() failed=0
-  tar xzf .device/suite.tgz -C .device
-  bash tools/device/lib/cache.sh restore
+  # Under the gate's calls on several GPUs at once (SHARED set) the caller unpacked the
+  # binaries and the caches once, and saves the caches once: none of the calls rewrites files
+  # another is running or reading.
+  if [ -z "${SHARED:-}" ]; then
+    tar xzf .device/suite.tgz -C .device
+    bash tools/device/lib/cache.sh restore
+  fi
   eval "$(bash tools/device/lib/cache.sh env)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   [ "$#" -gt 0 ] || set -- $(chunks | cut -d'|' -f1)
@@ -173,7 +178,7 @@ run() {
     echo "=== $name" && cat "$LOGS/$name.log"
   done >>"$log"
   rm -rf "$LOGS"
-  [ -z "${OUT:-}" ] || bash tools/device/lib/cache.sh save >/dev/null
+  [ -z "${OUT:-}" ] || [ -n "${SHARED:-}" ] || bash tools/device/lib/cache.sh save >/dev/null
   return $failed
 }
 
