@@ -12,8 +12,8 @@
 #   DEADLINE=S tools/device/run.sh gate N... calls N... in one device call, ending within S
 #                                             seconds: each chunk's limit is what is left,
 #                                             shared by the call's rounds of chunks; a call
-#                                             with no time left writes a hang line a chunk;
-#                                             then the table
+#                                             with no time left marks its chunks not run;
+#                                             then the table (several GPUs: run_all)
 #   tools/device/run.sh gate table FILE...   here: the markdown table of those files (the
 #                                             results file's "The CUDA gate" section)
 #
