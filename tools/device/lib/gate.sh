@@ -132,7 +132,7 @@ run_all() {
 # The calls N... on GPUS GPUs: call i on GPU i mod GPUS, the binaries and caches unpacked once
 # before and the caches saved once after; each call's log joins suite.log.
 run_on_gpus() {
-  local gpus=$1 out=${OUT:-$ROOT/.device} work i=0 gpu
+  local gpus=$1 out=${OUT:-$ROOT/.device} work i gpu
   shift
   if calls | grep -E "^($(tr ' ' '|' <<<"$*"))\|" | grep -q '|burn:'; then
     echo "Burn's tests (calls 4 and 5) run in a device call of their own"
