@@ -46,6 +46,11 @@ calls() {
 EOF
 }
 
+# The line of call N (`N|jobs|what`), or exit naming the calls.
+call_line() {
+  calls | grep -m1 "^$1|" || { echo "no call $1 (tools/device/run.sh gate calls)" >&2; exit 2; }
+}
+
 build() {
   set -e
   bash tools/device/run.sh suite build
@@ -54,7 +59,7 @@ build() {
 
 run() {
   local n=$1 line jobs what
-  line=$(calls | grep -m1 "^$n|") || { echo "no call $n (tools/device/run.sh gate calls)"; exit 2; }
+  line=$(call_line "$n") || exit 2
   IFS='|' read -r _ jobs what <<<"$line"
   local lines=${OUT:-$ROOT/.device}/gate-$n.txt
   if [[ "$what" == burn:* ]]; then
@@ -166,7 +171,7 @@ run_calls() {
       run "$n"
       continue
     fi
-    line=$(calls | grep -m1 "^$n|") || { echo "no call $n (tools/device/run.sh gate calls)"; exit 2; }
+    line=$(call_line "$n") || exit 2
     IFS='|' read -r _ jobs what <<<"$line"
     words=$(wc -w <<<"$what")
     [[ "$what" == burn:* ]] && words=1 # one round of Burn's binaries
