@@ -52,16 +52,24 @@ for step in ${STEPS:-linear-f32}; do
       bench=(./bench_train --model "$model" --dtypes "$dtype" ${FFNS:+--mlps "$FFNS"} --json "$OUT/$tag.json")
       torch=(python3 torch_ffn.py --model "$model" --dtypes "$dtype" $tf32 ${FFNS:+--shapes "$FFNS"}) ;;
     cold)
-      # A folder of its own with a Cargo.toml: CubeCL's `target` caches go under it.
+      # A folder of its own with a Cargo.toml: CubeCL's `target` caches go under it. CubeCL
+      # logs each NVRTC compilation and each autotune key decided to stderr, which
+      # py/cold_log.py stamps with the time and sums up under the process's line.
       cold=$(mktemp -d) && touch "$cold/Cargo.toml" && cp cubecl.toml "$cold/"
+      printf '\n[compilation.logger]\nlevel = "basic"\nstderr = true\n\n[autotune.logger]\nlevel = "minimal"\nstderr = true\n' \
+        >>"$cold/cubecl.toml"
       for side in hypatia burn; do
         rm -rf "$cold/target"
         for round in cold warm; do
           echo "-- $side, $round caches" >>"$OUT/$tag.txt"
+          log="$OUT/$tag-$side-$round.log"
           # shellcheck disable=SC2086
           (cd "$cold" && env CUDA_CACHE_PATH="$cold/target/nv" $extra timeout "${STEP_TIMEOUT:-300}" \
-            "$ROOT/.device/bench_train" --cold $side --dtypes "$dtype" --mlps "${MLPS:-8192:1024:4096:1024}") \
-            >>"$OUT/$tag.txt" 2>>"$OUT/$tag.err" || echo "$step $side $round: stopped (rc $?)" >>"$OUT/$tag.txt"
+            "$ROOT/.device/bench_train" --cold $side --dtypes "$dtype" --mlps "${MLPS:-8192:1024:4096:1024}" \
+            2>&1 >>"$OUT/$tag.txt") | python3 "$ROOT/tools/device/py/cold_log.py" stamp >"$log"
+          rc=${PIPESTATUS[0]}
+          [ "$rc" -eq 0 ] || echo "$step $side $round: stopped (rc $rc)" >>"$OUT/$tag.txt"
+          python3 "$ROOT/tools/device/py/cold_log.py" summary "$log" >>"$OUT/$tag.txt"
         done
       done ;;
     infer)
