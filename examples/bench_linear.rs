@@ -4,7 +4,10 @@
 //! autotune settle. Prints a table and, with `--json`, writes one record per shape and dtype.
 //! `engine` is Hypatia's engine called directly on `CubeBackend` buffers (no op stream);
 //! `host` is the time to hand one launch to the backend (Burn's stream may defer the work
-//! until `sync`, so it is a lower bound of the host's cost).
+//! until `sync`, so it is a lower bound of the host's cost). `fuser` and `blocks` are
+//! Hypatia's own host time per launch on burn-fusion's thread, in µs over the timed batches
+//! (`hypatia::stats`' `host`): its fuser (capture, plan lookups) and its claimed blocks
+//! (checks, launches, Burn's ops it runs); the rest of that thread's time is burn-fusion's.
 //!
 //! ```text
 //! cargo run --release --features cuda --example bench_linear -- --dtypes bf16 --json out.json
@@ -88,6 +91,8 @@ impl Args {
 struct Timing {
     ms: f64,
     host_ms: f64,
+    /// Launches in the timed batches.
+    launches: usize,
 }
 
 /// Launches per timed batch: about 1e13 FLOPs (15 ms at 650 TFLOP/s), at least `--iters` and
@@ -97,8 +102,15 @@ fn iters(m: usize, k: usize, n: usize, args: &Args) -> usize {
     ((1e13 / (2.0 * (m * k * n) as f64)) as usize).clamp(args.iters, 500)
 }
 
-/// Times `step`, keeping every output alive until `sync` has returned.
-fn measure<O>(iters: usize, runs: usize, step: impl Fn() -> O, sync: impl Fn()) -> Timing {
+/// Times `step`, keeping every output alive until `sync` has returned; `warmed` runs between
+/// the warm-up and the timed batches.
+fn measure<O>(
+    iters: usize,
+    runs: usize,
+    step: impl Fn() -> O,
+    sync: impl Fn(),
+    warmed: impl FnOnce(),
+) -> Timing {
     let batch = || {
         let start = Instant::now();
         let outs: Vec<_> = (0..iters).map(|_| step()).collect();
@@ -111,10 +123,12 @@ fn measure<O>(iters: usize, runs: usize, step: impl Fn() -> O, sync: impl Fn()) 
     for _ in 0..3 {
         batch();
     }
+    warmed();
     let (ms, host): (Vec<f64>, Vec<f64>) = (0..runs).map(|_| batch()).unzip();
     Timing {
         ms: median(ms),
         host_ms: median(host),
+        launches: iters * runs,
     }
 }
 
@@ -142,8 +156,8 @@ fn inputs<B: Backend>(m: usize, k: usize, n: usize) -> (Tensor<B, 2>, Tensor<B, 
     (x, w, b)
 }
 
-/// One Linear+ReLU on backend `B`, through Burn's tensor API.
-fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
+/// One Linear+ReLU on backend `B`, through Burn's tensor API; `warmed` as for [`measure`].
+fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args, warmed: impl FnOnce()) -> Timing {
     let (x, w, b) = inputs::<B>(m, k, n);
     let device = x.device();
     measure(
@@ -151,6 +165,7 @@ fn time<B: Backend>(m: usize, k: usize, n: usize, args: &Args) -> Timing {
         args.runs,
         || args.activate(x.clone().matmul(w.clone()) + b.clone().unsqueeze()),
         || B::sync(&device).expect("sync"),
+        warmed,
     )
 }
 
@@ -185,6 +200,7 @@ fn time_engine<F: burn_cubecl::FloatElement>(m: usize, k: usize, n: usize, args:
             tensor_core_linear(&problem, &x, &w, epilogue, false, choices, candidate)
         },
         || Bare::<F>::sync(&device).expect("sync"),
+        || (),
     )
 }
 
@@ -214,6 +230,9 @@ struct Row {
     /// Host milliseconds to enqueue one launch: Hypatia, Burn, the engine alone.
     #[serde(default)]
     host_ms: [f64; 3],
+    /// Hypatia's own host µs per launch on burn-fusion's thread: its fuser, its claimed blocks.
+    #[serde(default)]
+    hypatia_host_us: [f64; 2],
 }
 
 fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
@@ -226,9 +245,18 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             .collect();
         let (m, k, n) = (dims[0], dims[1], dims[2]);
         let before = hypatia::stats(&device);
-        let hypatia_t = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args);
+        let mut warm = None;
+        let hypatia_t = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args, || {
+            warm = Some(hypatia::stats(&device).host);
+        });
         let hypatia = hypatia_t.ms;
         let after = hypatia::stats(&device);
+        let warm = warm.expect("measure runs `warmed`");
+        let per_launch = |nanos: u64| nanos as f64 * 1e-3 / hypatia_t.launches as f64;
+        let hypatia_host_us = [
+            per_launch(after.host.fuser_nanos - warm.fuser_nanos),
+            per_launch(after.host.execute_nanos - warm.execute_nanos),
+        ];
         let count = |s: &hypatia::FusionStats, f: fn(&hypatia::PatternStats) -> u64| {
             s.patterns.get(args.epilogue().pattern()).map_or(0, f)
         };
@@ -270,7 +298,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
                 c.race = hypatia::config::RacePolicy::Never;
                 c.engine_candidate = Some(name.to_string());
             });
-            let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args).ms;
+            let ms = time::<hypatia::Hypatia<PlainOf<F>>>(m, k, n, args, || ()).ms;
             hypatia::config::set_config(before);
             let ran = hypatia::kernel::engine::last_candidate::<Runtime>().unwrap_or_default();
             let note = if ran == name {
@@ -282,18 +310,20 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             candidates.push((name.to_string(), ms));
         }
         let engine = time_engine::<F>(m, k, n, args);
-        let burn_t = time::<PlainOf<F>>(m, k, n, args);
+        let burn_t = time::<PlainOf<F>>(m, k, n, args, || ());
         let burn = burn_t.ms;
-        let cube = time::<Bare<F>>(m, k, n, args).ms;
+        let cube = time::<Bare<F>>(m, k, n, args, || ()).ms;
         let tflops = |ms: f64| 2.0 * (m * k * n) as f64 / (ms * 1e-3) / 1e12;
         println!(
-            "{shape:<18} {dtype:>5} {hypatia:>10.4} {:>10.4} {burn:>10.4} {cube:>10.4} {:>8.1} {:>8.1} {:>7.2}x {:>7.4} {:>7.4}  {path}",
+            "{shape:<18} {dtype:>5} {hypatia:>10.4} {:>10.4} {burn:>10.4} {cube:>10.4} {:>8.1} {:>8.1} {:>7.2}x {:>7.4} {:>7.4} {:>6.1} {:>6.1}  {path}",
             engine.ms,
             tflops(hypatia),
             tflops(burn),
             burn / hypatia,
             hypatia_t.host_ms,
             burn_t.host_ms,
+            hypatia_host_us[0],
+            hypatia_host_us[1],
         );
         rows.push(Row {
             m,
@@ -310,6 +340,7 @@ fn run<F: burn_cubecl::FloatElement>(args: &Args, rows: &mut Vec<Row>) {
             candidates,
             engine_ms: engine.ms,
             host_ms: [hypatia_t.host_ms, burn_t.host_ms, engine.host_ms],
+            hypatia_host_us,
         });
     }
 }
@@ -323,7 +354,7 @@ impl PerDtype<Row> for Args {
 fn main() {
     let args = Args::parse();
     device::require_device();
-    let columns = "M x K x N:<18|dtype:5|hypatia:10|engine:10|burn:10|cube:10|TF/s hy:8|TF/s bu:8|vs burn:8|host hy:7|host bu:7|path";
+    let columns = "M x K x N:<18|dtype:5|hypatia:10|engine:10|burn:10|cube:10|TF/s hy:8|TF/s bu:8|vs burn:8|host hy:7|host bu:7|fuser:6|blocks:6|path";
     let json = args.json.as_deref();
     run_table(&args, &args.dtypes, args.no_header, columns, json);
 }
