@@ -109,17 +109,24 @@ fn cold<F: burn_cubecl::FloatElement>(model: Model, spec: &[usize], label: &str,
     // Where the first step's host time went on Hypatia's side: capture, plan lookups and
     // e-graph runs (the fuser), and the claimed blocks (their kernels' compilation and
     // autotune, Burn's side of each race included). The rest of the step is Burn's ops.
-    let device = burn::tensor::Device::<PlainOf<F>>::default();
-    let host = hypatia::stats(&device).host;
+    let hypatia_share = match side {
+        Side::Hypatia => {
+            let device = burn::tensor::Device::<PlainOf<F>>::default();
+            let host = hypatia::stats(&device).host;
+            format!(
+                ", of it Hypatia's fuser {:.3} s and claimed blocks {:.3} s",
+                host.fuser_nanos as f64 * 1e-9,
+                host.execute_nanos as f64 * 1e-9
+            )
+        }
+        Side::Burn => String::new(),
+    };
     let (second, _) = (bench.single)();
     let (third, _) = (bench.single)();
     println!(
         "cold {side:?} {label} {dtype}: first step done {at:.2} s after start (device, model and \
-         data {built:.2} s; the step {:.2} s, of it Hypatia's fuser {:.3} s and claimed blocks \
-         {:.3} s), then {second:.3} ms, {third:.3} ms",
+         data {built:.2} s; the step {:.2} s{hypatia_share}), then {second:.3} ms, {third:.3} ms",
         first / 1e3,
-        host.fuser_nanos as f64 * 1e-9,
-        host.execute_nanos as f64 * 1e-9,
     );
 }
 
