@@ -230,4 +230,6 @@ mod book {
     struct Decision0031;
     #[doc = include_str!("../docs/decisions/0032-burn-reference-alone.md")]
     struct Decision0032;
+    #[doc = include_str!("../docs/decisions/0033-gate-call-6-warm.md")]
+    struct Decision0033;
 }
